@@ -1,0 +1,43 @@
+# Sluice: `make run` (the control plane with demo data) and `make test` (the whole suite).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
+TEST_WORKERS ?= 4
+
+.PHONY: install run test check lint format bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) manage.py preflight --create-database
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	@echo
+	@echo "Sluice control plane: http://$(HOST):$(PORT)/admin/  (log in as admin / admin)"
+	@echo
+	$(PY) manage.py runserver $(HOST):$(PORT)
+
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(PY) manage.py makemigrations --check --dry-run
+
+test: check
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

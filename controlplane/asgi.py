@@ -1,0 +1,8 @@
+"""ASGI entry point of the control plane (uvicorn controlplane.asgi:application)."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+application = get_asgi_application()

@@ -1,0 +1,9 @@
+"""The Django admin of Sluice: rules, audit log, and (later) publishing and fleet pages."""
+
+from django.contrib import admin
+
+from . import audit, rules  # noqa: F401  (registers the model admins)
+
+admin.site.site_header = "Sluice"
+admin.site.site_title = "Sluice control plane"
+admin.site.index_title = "Rate-limit rules"

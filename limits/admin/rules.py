@@ -1,0 +1,267 @@
+"""Admin pages of the rule tables: tiers, tenants, routes, and policies with their limits."""
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Count
+from django.forms.models import BaseInlineFormSet
+from django.template.loader import render_to_string
+
+from limits import rules
+from limits.audit import Actor
+from limits.choices import Role, ScopeKind
+from limits.explain import effective_limits
+from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.roles import can_edit_policy, user_role
+
+from .base import AuditedAdmin
+
+
+@admin.register(Tier)
+class TierAdmin(AuditedAdmin):
+    list_display = ("name", "slug", "position", "tenant_count", "updated_at")
+    search_fields = ("slug", "name", "description")
+    list_filter = ("created_at",)
+    ordering = ("position", "slug")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(tenant_total=Count("tenants"))
+
+    @admin.display(description="tenants", ordering="tenant_total")
+    def tenant_count(self, tier):
+        return tier.tenant_total
+
+
+@admin.register(Tenant)
+class TenantAdmin(AuditedAdmin):
+    list_display = ("slug", "name", "tier", "updated_at")
+    list_filter = ("tier",)
+    search_fields = ("slug", "name", "contact_emails")
+    list_select_related = ("tier",)
+    readonly_fields = ("effective_limits_table", *AuditedAdmin.readonly_fields)
+
+    @admin.display(description="effective limits (working copy)")
+    def effective_limits_table(self, tenant):
+        if tenant.pk is None:
+            return "Save the tenant to see the limits that apply to it."
+        return render_to_string(
+            "admin/limits/tenant/effective_limits.html",
+            {"rows": effective_limits(tenant=tenant)},
+        )
+
+
+@admin.register(Route)
+class RouteAdmin(AuditedAdmin):
+    list_display = (
+        "slug",
+        "methods_text",
+        "path_pattern",
+        "cost",
+        "failure_mode",
+        "updated_at",
+    )
+    list_filter = ("failure_mode", "cost")
+    search_fields = ("slug", "path_pattern", "description")
+
+    @admin.display(description="methods")
+    def methods_text(self, route):
+        return ", ".join(route.methods)
+
+
+class LimitFormSet(BaseInlineFormSet):
+    """Checks the limits of a policy as a whole, with the same service the API uses."""
+
+    def __init__(self, *args, actor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.actor = actor or Actor.system()
+
+    def final_limits(self):
+        """The limits the policy will have once saved: kept, changed and new rows."""
+        deleted = set(self.deleted_forms)
+        return [
+            form.instance
+            for form in self.forms
+            if hasattr(form, "cleaned_data")
+            and form not in deleted
+            and (form.instance.pk is not None or form.has_changed())
+        ]
+
+    def clean(self):
+        super().clean()
+        if any(self.errors):
+            return
+        try:
+            rules.policy_validate(
+                policy=self.instance, limits=self.final_limits(), actor=self.actor
+            )
+        except ValidationError as exc:
+            if hasattr(exc, "error_dict") and "limits" in exc.error_dict:
+                raise ValidationError(exc.error_dict["limits"]) from None
+        except PermissionDenied:  # reported once, by the policy form
+            return
+
+
+class LimitInline(admin.TabularInline):
+    model = Limit
+    formset = LimitFormSet
+    fields = ("dimension", "rate", "period", "burst", "cost", "shadow", "reads_as")
+    readonly_fields = ("reads_as",)
+    extra = 0
+    min_num = 1
+
+    @admin.display(description="reads as")
+    def reads_as(self, limit):
+        return limit.describe() if limit.pk else "—"
+
+
+class PolicyKindFilter(admin.SimpleListFilter):
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return [("permanent", "permanent"), ("override", "temporary override")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "permanent":
+            return queryset.filter(expires_at__isnull=True)
+        if self.value() == "override":
+            return queryset.filter(expires_at__isnull=False)
+        return queryset
+
+
+class PolicyForm(forms.ModelForm):
+    class Meta:
+        model = Policy
+        fields = ("scope", "tier", "tenant", "route", "reason", "expires_at")
+
+    def __init__(self, *args, actor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.actor = actor or Actor.system()
+
+    def _post_clean(self):
+        super()._post_clean()
+        if self.errors:
+            return
+        try:  # the role rules of the service, shown on the form instead of a 403 page
+            rules.policy_validate(policy=self.instance, limits=[], actor=self.actor)
+        except ValidationError as exc:
+            errors = {k: v for k, v in exc.message_dict.items() if k != "limits"}
+            if errors:
+                self._update_errors(ValidationError(errors))
+        except PermissionDenied as exc:
+            self.add_error(None, str(exc))
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    form = PolicyForm
+    inlines = [LimitInline]
+    list_display = (
+        "__str__",
+        "scope",
+        "route_name",
+        "limits_text",
+        "expires_at",
+        "updated_at",
+    )
+    list_filter = ("scope", PolicyKindFilter, "tier", "route")
+    search_fields = (
+        "tenant__slug",
+        "tenant__name",
+        "tier__slug",
+        "route__slug",
+        "reason",
+    )
+    list_select_related = ("tier", "tenant", "route")
+    autocomplete_fields = ("tenant",)
+    readonly_fields = ("revision", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("scope", "tier", "tenant", "route")}),
+        (
+            "Temporary override",
+            {
+                "fields": ("reason", "expires_at"),
+                "description": "Support: a tenant override needs a reason and an expiry. "
+                "While live it beats the tenant's permanent policy for the same route.",
+            },
+        ),
+        (
+            "History",
+            {
+                "fields": ("revision", "created_at", "updated_at"),
+                "classes": ("collapse",),
+            },
+        ),
+    )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("limits")
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form_class = super().get_form(request, obj, change=change, **kwargs)
+        actor = Actor.from_request(request)
+        support = user_role(request.user) == Role.SUPPORT
+
+        class RequestPolicyForm(form_class):
+            def __init__(self, *args, **kw):
+                super().__init__(*args, actor=actor, **kw)
+                if support and "scope" in self.fields:
+                    self.fields["scope"].choices = [
+                        (ScopeKind.TENANT, ScopeKind.TENANT.label)
+                    ]
+                    self.fields["scope"].initial = ScopeKind.TENANT
+                    self.fields["expires_at"].required = True
+                    self.fields["reason"].required = True
+
+        return RequestPolicyForm
+
+    def get_formset_kwargs(self, request, obj, inline, prefix):
+        kwargs = super().get_formset_kwargs(request, obj, inline, prefix)
+        kwargs["actor"] = Actor.from_request(request)
+        return kwargs
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and self._may_edit(
+            request, obj
+        )
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and obj.is_default:
+            return False
+        return super().has_delete_permission(request, obj) and self._may_edit(
+            request, obj
+        )
+
+    @staticmethod
+    def _may_edit(request, policy):
+        if policy is None:
+            return True
+        if not can_edit_policy(request.user, scope=policy.scope):
+            return False
+        return user_role(request.user) != Role.SUPPORT or policy.expires_at is not None
+
+    def save_model(self, request, obj, form, change):
+        """Deferred to save_related: the policy and its limits are saved and audited together."""
+
+    def save_related(self, request, form, formsets, change):
+        (limit_formset,) = formsets
+        rules.policy_save(
+            policy=form.instance,
+            limits=limit_formset.final_limits(),
+            actor=Actor.from_request(request),
+        )
+
+    def delete_model(self, request, obj):
+        rules.rule_delete(obj=obj, actor=Actor.from_request(request))
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+    @admin.display(description="route", ordering="route__slug")
+    def route_name(self, policy):
+        return policy.route.slug if policy.route_id else "all routes"
+
+    @admin.display(description="limits")
+    def limits_text(self, policy):
+        return "; ".join(limit.describe() for limit in policy.limits.all()) or "—"

@@ -1,0 +1,70 @@
+"""Choices of the rule models, derived from the snapshot vocabulary so both sides agree."""
+
+from django.db import models
+
+from limits.enforcement.routing import HTTP_METHODS
+from limits.enforcement.snapshot import PERIODS
+from limits.enforcement.snapshot import Dimension as _Dimension
+from limits.enforcement.snapshot import FailureMode as _FailureMode
+from limits.enforcement.snapshot import ScopeKind as _ScopeKind
+
+FailureMode = models.TextChoices(
+    "FailureMode",
+    [
+        ("OPEN", (_FailureMode.OPEN.value, "open: admit while the limiter is down")),
+        (
+            "CLOSED",
+            (_FailureMode.CLOSED.value, "closed: reject while the limiter is down"),
+        ),
+        ("LOCAL", (_FailureMode.LOCAL.value, "local: a strict in-process limit")),
+    ],
+)
+Dimension = models.TextChoices(
+    "Dimension",
+    [
+        ("TENANT", (_Dimension.TENANT.value, "per tenant")),
+        ("USER", (_Dimension.USER.value, "per user")),
+        ("API_KEY", (_Dimension.API_KEY.value, "per API key")),
+        ("IP", (_Dimension.IP.value, "per IP address")),
+    ],
+)
+ScopeKind = models.TextChoices(
+    "ScopeKind",
+    [
+        ("DEFAULT", (_ScopeKind.DEFAULT.value, "default (everyone)")),
+        ("TIER", (_ScopeKind.TIER.value, "one tier")),
+        ("TENANT", (_ScopeKind.TENANT.value, "one tenant")),
+    ],
+)
+
+
+class Period(models.IntegerChoices):
+    """The periods a rate is expressed over (PERIODS in the snapshot format)."""
+
+    SECOND = 1, "per second"
+    MINUTE = 60, "per minute"
+    HOUR = 3600, "per hour"
+    DAY = 86400, "per day"
+
+
+assert set(Period.values) == set(PERIODS), "Period must mirror the snapshot format"
+HttpMethod = models.TextChoices("HttpMethod", [(m, (m, m)) for m in HTTP_METHODS])
+
+
+class AuditAction(models.TextChoices):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+    PUBLISH = "publish"
+    ROLLBACK = "rollback"
+    ACTIVATE = "activate"
+    TOKEN_CREATE = "token_create", "token created"
+    TOKEN_REVOKE = "token_revoke", "token revoked"
+
+
+class Role(models.TextChoices):
+    """The three groups of people who use the control plane."""
+
+    PRODUCT = "product", "product: edits everything, publishes"
+    SUPPORT = "support", "support: temporary tenant overrides"
+    VIEWER = "viewer", "viewer: reads"

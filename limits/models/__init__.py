@@ -1,0 +1,8 @@
+"""The models of the domain app, one module per concept."""
+
+from .audit import *  # noqa: F403
+from .audit import __all__ as _audit
+from .rules import *  # noqa: F403
+from .rules import __all__ as _rules
+
+__all__ = [*_rules, *_audit]

@@ -1,0 +1,45 @@
+"""The append-only audit log."""
+
+from django.db import models
+from django.utils import timezone
+
+from limits.choices import AuditAction
+
+__all__ = ["AuditEntry"]
+
+
+class AuditEntry(models.Model):
+    """One recorded change: who, when, from where, what it was before and after, and why.
+
+    Rows are only ever inserted: the application has no update path and a
+    database trigger (migration ``audit_append_only``) refuses UPDATE and DELETE.
+    The actor is kept as text, not a foreign key, so deleting a user touches no row.
+    """
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    action = models.CharField(max_length=12, choices=AuditAction.choices)
+    actor = models.CharField(
+        max_length=150, help_text="Username, or 'system' for automated changes."
+    )
+    actor_id = models.BigIntegerField(null=True, blank=True)
+    request_id = models.CharField(max_length=128, blank=True)
+    source_ip = models.GenericIPAddressField(null=True, blank=True)
+    object_type = models.CharField(max_length=50)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=300)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit log"
+        indexes = [
+            models.Index(
+                fields=["object_type", "object_id"], name="limits_audit_object_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_repr}"

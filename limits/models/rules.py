@@ -1,0 +1,301 @@
+"""The rule tables people edit: tiers, tenants, routes, policies and their limits.
+
+They are the working copy. Gateways never read them: a publish compiles them
+into an immutable snapshot (``limits.publishing``).
+"""
+
+from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from limits.choices import Dimension, FailureMode, HttpMethod, Period, ScopeKind
+from limits.enforcement.routing import PatternError, parse_path_pattern
+from limits.enforcement.snapshot import ALL_ROUTES, describe_limit, scope_key
+
+from .base import RuleModel
+
+__all__ = ["Limit", "Policy", "Route", "Tenant", "Tier"]
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9][a-z0-9_-]{0,62}$",
+    "Use lower-case letters, digits, '-' and '_', starting with a letter or digit.",
+)
+route_slug_validator = RegexValidator(
+    r"^[a-z0-9][a-z0-9._-]{0,62}$",
+    "Use lower-case letters, digits, '.', '-' and '_', e.g. 'orders.read'.",
+)
+positive = MinValueValidator(1, "Must be at least 1.")
+
+
+def validate_path_pattern(value: str) -> None:
+    try:
+        parse_path_pattern(value)
+    except PatternError as exc:
+        raise ValidationError(f"Not a valid path pattern: {exc}.") from None
+
+
+class Tier(RuleModel):
+    """A plan every tenant is on (free, pro, enterprise...)."""
+
+    slug = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    position = models.PositiveIntegerField(
+        default=0, help_text="Order in lists: free before pro."
+    )
+
+    class Meta:
+        ordering = ["position", "slug"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Tenant(RuleModel):
+    """A customer of the API; its tier decides its limits unless a tenant policy does."""
+
+    slug = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="tenants")
+    contact_emails = ArrayField(
+        models.EmailField(),
+        blank=True,
+        default=list,
+        help_text="Who is told about limit changes, comma-separated.",
+    )
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Route(RuleModel):
+    """A named API operation, matched by HTTP method and path pattern."""
+
+    slug = models.CharField(
+        max_length=63, unique=True, validators=[route_slug_validator]
+    )
+    description = models.CharField(max_length=200, blank=True)
+    methods = ArrayField(
+        models.CharField(max_length=7, choices=HttpMethod.choices),
+        help_text="HTTP methods, comma-separated, e.g. GET,HEAD.",
+    )
+    path_pattern = models.CharField(
+        max_length=300,
+        validators=[validate_path_pattern],
+        help_text="Such as /v1/orders/{id}; a {parameter} takes a whole segment.",
+    )
+    cost = models.PositiveIntegerField(
+        default=1, validators=[positive], help_text="Tokens a request takes by default."
+    )
+    failure_mode = models.CharField(
+        max_length=6,
+        choices=FailureMode.choices,
+        default=FailureMode.OPEN,
+        help_text="What gateways do when the limiter's Redis is unavailable.",
+    )
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(cost__gte=1),
+                name="%(app_label)s_%(class)s_cost_positive",
+                violation_error_message="Cost must be at least 1.",
+            ),
+            models.CheckConstraint(
+                condition=~Q(methods=[]),
+                name="%(app_label)s_%(class)s_methods_not_empty",
+                violation_error_message="A route needs at least one HTTP method.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def clean(self) -> None:
+        if self.methods:
+            self.methods = sorted({method.upper() for method in self.methods})
+
+
+class Policy(RuleModel):
+    """The limits of one (scope, route) pair; the most specific policy wins as a whole.
+
+    A tenant policy with ``expires_at`` is a temporary override (made by support,
+    with a reason): while live it beats the permanent policy of the same pair.
+    """
+
+    scope = models.CharField(max_length=7, choices=ScopeKind.choices)
+    tier = models.ForeignKey(
+        Tier, on_delete=models.PROTECT, null=True, blank=True, related_name="policies"
+    )
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="policies"
+    )
+    route = models.ForeignKey(
+        Route,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="policies",
+        help_text="Leave empty for every route.",
+    )
+    reason = models.TextField(
+        blank=True, help_text="Why this policy exists; required for overrides."
+    )
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Temporary tenant overrides only: when it stops applying.",
+    )
+
+    class Meta:
+        verbose_name_plural = "policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(scope=ScopeKind.DEFAULT, tier__isnull=True, tenant__isnull=True)
+                    | Q(scope=ScopeKind.TIER, tier__isnull=False, tenant__isnull=True)
+                    | Q(scope=ScopeKind.TENANT, tier__isnull=True, tenant__isnull=False)
+                ),
+                name="%(app_label)s_%(class)s_scope_matches_subject",
+                violation_error_message="A default policy names no tier or tenant; a tier policy names a tier; a tenant policy names a tenant.",
+            ),
+            models.CheckConstraint(
+                condition=Q(expires_at__isnull=True) | Q(scope=ScopeKind.TENANT),
+                name="%(app_label)s_%(class)s_only_tenant_policies_expire",
+                violation_error_message="Only tenant policies can expire.",
+            ),
+            models.UniqueConstraint(
+                fields=["scope", "tier", "tenant", "route"],
+                condition=Q(expires_at__isnull=True),
+                nulls_distinct=False,
+                name="%(app_label)s_%(class)s_unique_scope_route",
+                violation_error_message="There is already a policy for this scope and route.",
+            ),
+            models.UniqueConstraint(
+                fields=["scope", "tier", "tenant", "route"],
+                condition=Q(expires_at__isnull=False),
+                nulls_distinct=False,
+                name="%(app_label)s_%(class)s_unique_override_scope_route",
+                violation_error_message="There is already a temporary override for this tenant and route.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        subject = {
+            ScopeKind.DEFAULT: "default",
+            ScopeKind.TIER: f"tier {self.tier}",
+            ScopeKind.TENANT: f"tenant {self.tenant}",
+        }.get(self.scope, self.scope)
+        route = self.route.slug if self.route_id else "all routes"
+        return f"{subject} · {route}" + (" (override)" if self.expires_at else "")
+
+    @property
+    def scope_key(self) -> str:
+        """The snapshot's scope string: ``default``, ``tier:pro``, ``tenant:acme``."""
+        subject = {ScopeKind.TIER: self.tier, ScopeKind.TENANT: self.tenant}.get(
+            self.scope
+        )
+        return scope_key(self.scope, subject.slug if subject else None)
+
+    @property
+    def route_key(self) -> str:
+        return self.route.slug if self.route_id else ALL_ROUTES
+
+    @property
+    def is_default(self) -> bool:
+        """The default policy for all routes: it always exists and cannot be deleted."""
+        return (
+            self.scope == ScopeKind.DEFAULT
+            and self.route_id is None
+            and self.expires_at is None
+        )
+
+    def clean(self) -> None:
+        errors = {}
+        if self.scope == ScopeKind.DEFAULT:
+            self.tier = self.tenant = None
+        elif self.scope == ScopeKind.TIER:
+            self.tenant = None
+            if self.tier_id is None:
+                errors["tier"] = "Choose the tier this policy applies to."
+        elif self.scope == ScopeKind.TENANT:
+            self.tier = None
+            if self.tenant_id is None:
+                errors["tenant"] = "Choose the tenant this policy applies to."
+        if self.expires_at is not None:
+            if self.scope != ScopeKind.TENANT:
+                errors["expires_at"] = "Only tenant policies can expire."
+            elif self.expires_at <= timezone.now():
+                errors["expires_at"] = "The expiry must be in the future."
+            if not self.reason.strip():
+                errors["reason"] = "A temporary override needs a reason."
+        if errors:
+            raise ValidationError(errors)
+
+
+class Limit(RuleModel):
+    """A token bucket of a policy: ``rate`` per ``period``, ``burst`` deep, per ``dimension``."""
+
+    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="limits")
+    dimension = models.CharField(
+        max_length=7, choices=Dimension.choices, default=Dimension.TENANT
+    )
+    rate = models.PositiveIntegerField(
+        validators=[positive], help_text="Requests (tokens) per period."
+    )
+    period = models.PositiveIntegerField(choices=Period.choices, default=Period.SECOND)
+    burst = models.PositiveIntegerField(
+        validators=[positive],
+        help_text="Bucket capacity: the largest burst admitted at once.",
+    )
+    cost = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[positive],
+        help_text="Tokens per request; empty means the route's cost.",
+    )
+    shadow = models.BooleanField(
+        default=False,
+        help_text="Evaluate and report, but never reject (to try a limit out).",
+    )
+
+    class Meta:
+        ordering = ["policy_id", "dimension", "period"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate__gte=1)
+                & Q(burst__gte=1)
+                & (Q(cost__isnull=True) | Q(cost__gte=1)),
+                name="%(app_label)s_%(class)s_positive_numbers",
+                violation_error_message="Rate, burst and cost must be at least 1.",
+            ),
+            models.UniqueConstraint(
+                fields=["policy", "dimension", "period"],
+                name="%(app_label)s_%(class)s_unique_policy_dimension_period",
+                violation_error_message="This policy already has a limit for this dimension and period.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def describe(self) -> str:
+        """``per user: 100 / s, burst 200``: the way people say it."""
+        from limits.publishing import limit_to_snapshot
+
+        return describe_limit(limit_to_snapshot(self))
+
+    def clean(self) -> None:
+        if self.cost and self.burst and self.burst < self.cost:
+            raise ValidationError(
+                {
+                    "burst": f"Burst {self.burst} is below the cost {self.cost}: such requests could never pass."
+                }
+            )

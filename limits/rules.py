@@ -1,0 +1,247 @@
+"""Services that change the rule tables: validate, write and audit in one transaction.
+
+The admin and the REST API both call these; neither writes rule rows itself.
+Optimistic concurrency: pass ``expected_revision`` and the row is locked and
+compared before the write (``StaleRevision`` when someone else got there first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import models as db
+from django.db import transaction
+from django.db.models import Max, Q
+
+from limits.audit import Actor, audit_record, serialize_for_audit
+from limits.choices import AuditAction, Role
+from limits.enforcement.validation import policy_problems
+from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.publishing import policy_to_snapshot
+from limits.roles import can_edit_policy, user_role
+
+__all__ = [
+    "StaleRevision",
+    "policy_save",
+    "policy_validate",
+    "rule_delete",
+    "rule_save",
+    "rule_validate",
+]
+
+RuleObject = Tier | Tenant | Route | Policy
+
+
+class StaleRevision(Exception):
+    """The object changed since the caller read it (HTTP 412)."""
+
+    def __init__(self, obj: db.Model, current: int) -> None:
+        super().__init__(f"{obj} is at revision {current}; reload it and try again")
+        self.current = current
+
+
+def _lock(obj: RuleObject, expected_revision: int | None) -> dict | None:
+    """Lock the stored row of ``obj``; return its audited state (None for a new object)."""
+    if obj.pk is None:
+        return None
+    stored = type(obj).objects.select_for_update().get(pk=obj.pk)
+    if expected_revision is not None and stored.revision != expected_revision:
+        raise StaleRevision(obj, stored.revision)
+    return serialize_for_audit(stored)
+
+
+def _write(obj: db.Model, *, actor: Actor, before: dict | None, reason: str) -> None:
+    if before is not None:
+        obj.revision += 1
+    obj.save()
+    audit_record(
+        actor=actor,
+        action=AuditAction.UPDATE if before is not None else AuditAction.CREATE,
+        obj=obj,
+        before=before,
+        after=serialize_for_audit(obj),
+        reason=reason,
+    )
+
+
+@transaction.atomic
+def rule_save(
+    *,
+    obj: Tier | Tenant | Route,
+    actor: Actor,
+    expected_revision: int | None = None,
+    reason: str = "",
+) -> Tier | Tenant | Route:
+    """Create or update a tier, tenant or route; validated, audited, revision bumped."""
+    _require_role(actor, Role.PRODUCT)
+    before = _lock(obj, expected_revision)
+    rule_validate(obj=obj)
+    _write(obj, actor=actor, before=before, reason=reason)
+    return obj
+
+
+def rule_validate(*, obj: Tier | Tenant | Route) -> None:
+    """Raise ValidationError (by field) unless ``obj`` can be saved as it is."""
+    obj.full_clean()
+    if isinstance(obj, Route):
+        _check_route_cost(obj)
+
+
+def _check_route_cost(route: Route) -> None:
+    """Refuse a route cost that some policy's bucket is too shallow to ever admit."""
+    for_route = Q(policy__route_id=route.pk) if route.pk else Q(pk__in=[])
+    too_shallow = Limit.objects.filter(
+        for_route | Q(policy__route__isnull=True),
+        cost__isnull=True,
+        burst__lt=route.cost,
+    ).select_related("policy__tier", "policy__tenant", "policy__route")
+    if too_shallow:
+        names = "; ".join(
+            f"{limit.policy} ({limit.describe()})" for limit in too_shallow[:5]
+        )
+        raise ValidationError(
+            {
+                "cost": f"Cost {route.cost} is above the burst of: {names}. Raise those bursts first."
+            }
+        )
+
+
+def policy_validate(*, policy: Policy, limits: Sequence[Limit], actor: Actor) -> None:
+    """Raise ValidationError (by field) or PermissionDenied unless ``policy`` may be saved."""
+    _check_policy_permission(actor, policy)
+    errors: dict[str, list[str]] = {}
+    try:
+        policy.full_clean()
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    for number, limit in enumerate(limits, start=1):
+        try:
+            limit.full_clean(exclude=["policy"], validate_constraints=False)
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                errors.setdefault("limits", []).extend(
+                    f"limit {number}, {field}: {message}" for message in messages
+                )
+    if not errors:
+        route_cost = policy.route.cost if policy.route_id else _largest_route_cost()
+        compiled = policy_to_snapshot(policy, limits)
+        for problem in policy_problems(compiled, route_cost=route_cost):
+            errors.setdefault("limits", []).append(
+                _limit_message(problem.field, problem.message)
+            )
+    if errors:
+        raise ValidationError(errors)
+
+
+def _limit_message(field: str, message: str) -> str:
+    """``limits[1].burst`` -> ``limit 2, burst: ...`` (people count from one)."""
+    if field.startswith("limits["):
+        index, _, rest = field[len("limits[") :].partition("]")
+        where = f"limit {int(index) + 1}" + (f", {rest.lstrip('.')}" if rest else "")
+        return f"{where}: {message}"
+    return message[0].upper() + message[1:] + "."
+
+
+def _largest_route_cost() -> int:
+    return Route.objects.aggregate(largest=Max("cost"))["largest"] or 1
+
+
+@transaction.atomic
+def policy_save(
+    *,
+    policy: Policy,
+    limits: Sequence[Limit],
+    actor: Actor,
+    expected_revision: int | None = None,
+) -> Policy:
+    """Create or update ``policy`` so that its limits are exactly ``limits``; audited.
+
+    ``limits`` may mix saved and new rows; saved limits of the policy that are
+    not in it are deleted.
+    """
+    before = _lock(policy, expected_revision)
+    if before is not None:
+        _check_policy_permission(
+            actor, Policy(scope=before["scope"], expires_at=before["expires_at"])
+        )
+    policy_validate(policy=policy, limits=limits, actor=actor)
+    if before is not None:
+        policy.revision += 1
+    policy.save()
+    keep = [limit.pk for limit in limits if limit.pk is not None]
+    policy.limits.exclude(pk__in=keep).delete()
+    for limit in limits:
+        limit.policy = policy
+        if limit.pk is not None:
+            limit.revision += 1
+        limit.save()
+    audit_record(
+        actor=actor,
+        action=AuditAction.UPDATE if before is not None else AuditAction.CREATE,
+        obj=policy,
+        before=before,
+        after=serialize_for_audit(policy),
+        reason=policy.reason,
+    )
+    return policy
+
+
+@transaction.atomic
+def rule_delete(
+    *,
+    obj: RuleObject,
+    actor: Actor,
+    expected_revision: int | None = None,
+    reason: str = "",
+) -> None:
+    """Delete a tier, tenant, route or policy; refuse what the rules still need."""
+    if isinstance(obj, Policy):
+        _check_policy_permission(actor, obj, deleting=True)
+        if obj.is_default:
+            raise ValidationError(
+                "The default policy for all routes cannot be deleted: without it some "
+                "requests would be unlimited. Change its limits instead."
+            )
+    else:
+        _require_role(actor, Role.PRODUCT)
+    before = _lock(obj, expected_revision)
+    shown = str(obj)
+    try:
+        with transaction.atomic():
+            obj.delete()
+    except db.ProtectedError as exc:
+        users = ", ".join(sorted(str(o) for o in list(exc.protected_objects)[:5]))
+        raise ValidationError(
+            f"{shown} is still used by: {users}. Change or delete those first."
+        ) from None
+    audit_record(
+        actor=actor,
+        action=AuditAction.DELETE,
+        object_type=obj._meta.model_name,
+        object_id=str(before["id"]) if before else "",
+        object_repr=shown,
+        before=before,
+        reason=reason,
+    )
+
+
+def _require_role(actor: Actor, role: Role) -> None:
+    if actor.user is not None and user_role(actor.user) != role:
+        raise PermissionDenied(f"Only the {role.value} role may change this.")
+
+
+def _check_policy_permission(
+    actor: Actor, policy: Policy, *, deleting: bool = False
+) -> None:
+    """Product may change any policy; support only temporary tenant overrides."""
+    if actor.user is None:  # the system: data migrations, management commands
+        return
+    if not can_edit_policy(actor.user, scope=policy.scope):
+        raise PermissionDenied("Your role may not change this policy.")
+    if user_role(actor.user) == Role.SUPPORT and policy.expires_at is None:
+        if deleting:
+            raise PermissionDenied("Support may only remove temporary overrides.")
+        raise ValidationError(
+            {"expires_at": "Support overrides are temporary: give an expiry time."}
+        )

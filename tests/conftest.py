@@ -1,0 +1,83 @@
+"""Test session setup: real Postgres (pytest-django), a private real Redis per worker.
+
+Tests never use SQLite or a fake Redis. Outbound connections are limited to
+loopback addresses, so no test can reach the internet or another machine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import pytest
+import redis
+
+from controlplane.preflight import ServiceUnavailable, check_postgres
+from tests.servers import RedisServer
+
+
+def pytest_sessionstart(session):
+    try:
+        check_postgres(create_database=False)
+    except ServiceUnavailable as exc:
+        if "does not exist" not in str(
+            exc
+        ):  # pytest-django creates its own test database
+            pytest.exit(str(exc), returncode=3)
+
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(sock, address):
+    host = address[0] if isinstance(address, tuple) else None
+    if host is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            if not ipaddress.ip_address(host).is_loopback:
+                raise OSError(
+                    f"tests may only connect to loopback addresses, not {host}"
+                )
+        except ValueError:
+            if host != "localhost":
+                raise OSError(
+                    f"tests may only connect to loopback addresses, not {host}"
+                ) from None
+    return _real_connect(sock, address)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _restrict_network():
+    socket.socket.connect = _loopback_only
+    yield
+    socket.socket.connect = _real_connect
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A redis-server of this test worker's own."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def _point_at_test_redis(redis_server, settings):
+    """Django settings aimed at this worker's Redis for every test."""
+    settings.REDIS_URL = redis_server.url
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": redis_server.url,
+            "KEY_PREFIX": "sluice-test",
+        }
+    }
+
+
+@pytest.fixture
+def redis_client(redis_server):
+    """A client on the worker's Redis, emptied before and after the test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()

@@ -1,0 +1,94 @@
+"""Real Redis servers (and a real Redis Cluster) started by the test session on loopback.
+
+Each pytest-xdist worker starts its own, so tests can flush, pause or kill
+them without touching the machine's shared Redis or each other.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    """A redis-server process on 127.0.0.1 that keeps nothing on disk."""
+
+    port: int = field(default_factory=free_port)
+    extra: tuple[str, ...] = ()
+    process: subprocess.Popen | None = None
+    workdir: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="sluice-redis-"))
+    )
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server is not installed (Debian: apt-get install redis-server)"
+            )
+        args = [
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+            *self.extra,
+        ]
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+            finally:
+                client.close()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
