@@ -162,9 +162,8 @@ def policy_save(
     """
     before = _lock(policy, expected_revision)
     if before is not None:
-        _check_policy_permission(
-            actor, Policy(scope=before["scope"], expires_at=before["expires_at"])
-        )
+        stored = Policy(scope=before["scope"], expires_at=before["expires_at"])
+        _check_policy_permission(actor, stored, stored=True)
     policy_validate(policy=policy, limits=limits, actor=actor)
     if before is not None:
         policy.revision += 1
@@ -197,7 +196,7 @@ def rule_delete(
 ) -> None:
     """Delete a tier, tenant, route or policy; refuse what the rules still need."""
     if isinstance(obj, Policy):
-        _check_policy_permission(actor, obj, deleting=True)
+        _check_policy_permission(actor, obj, stored=True)
         if obj.is_default:
             raise ValidationError(
                 "The default policy for all routes cannot be deleted: without it some "
@@ -232,7 +231,7 @@ def _require_role(actor: Actor, role: Role) -> None:
 
 
 def _check_policy_permission(
-    actor: Actor, policy: Policy, *, deleting: bool = False
+    actor: Actor, policy: Policy, *, stored: bool = False
 ) -> None:
     """Product may change any policy; support only temporary tenant overrides."""
     if actor.user is None:  # the system: data migrations, management commands
@@ -240,8 +239,8 @@ def _check_policy_permission(
     if not can_edit_policy(actor.user, scope=policy.scope):
         raise PermissionDenied("Your role may not change this policy.")
     if user_role(actor.user) == Role.SUPPORT and policy.expires_at is None:
-        if deleting:
-            raise PermissionDenied("Support may only remove temporary overrides.")
+        if stored:  # an existing permanent policy: not support's to change or remove
+            raise PermissionDenied("Support may only change temporary overrides.")
         raise ValidationError(
             {"expires_at": "Support overrides are temporary: give an expiry time."}
         )

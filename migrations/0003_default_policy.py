@@ -34,16 +34,9 @@ DROP FUNCTION IF EXISTS limits_policy_keep_default();
 
 
 def create_default_policy(apps, schema_editor):
-    Policy = apps.get_model("limits", "Policy")
-    Limit = apps.get_model("limits", "Limit")
-    policy, created = Policy.objects.get_or_create(
-        scope="default",
-        route=None,
-        expires_at=None,
-        defaults={"reason": "Applies when no more specific policy does; never unlimited."},
-    )
-    if created:
-        Limit.objects.create(policy=policy, dimension="ip", rate=10, period=1, burst=20)
+    from limits.baseline import default_policy_ensure
+
+    default_policy_ensure(apps)
 
 
 class Migration(migrations.Migration):

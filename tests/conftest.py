@@ -81,3 +81,39 @@ def redis_client(redis_server):
     yield client
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _baseline_rows(request):
+    """Rows that migrations create and a transactional test's flush removes: put them back."""
+    uses_db = request.node.get_closest_marker("django_db") or {
+        "db",
+        "transactional_db",
+    } & set(request.fixturenames)
+    if not uses_db:
+        return
+    request.getfixturevalue("_django_db_helper")
+    from limits.baseline import baseline_ensure
+
+    baseline_ensure()
+
+
+@pytest.fixture
+def product_user(db):
+    from tests.factories import UserFactory
+
+    return UserFactory(username="pat-product", role="product")
+
+
+@pytest.fixture
+def support_user(db):
+    from tests.factories import UserFactory
+
+    return UserFactory(username="sam-support", role="support")
+
+
+@pytest.fixture
+def viewer_user(db):
+    from tests.factories import UserFactory
+
+    return UserFactory(username="val-viewer", role="viewer")

@@ -245,6 +245,9 @@ class PolicyAdmin(admin.ModelAdmin):
 
     def save_related(self, request, form, formsets, change):
         (limit_formset,) = formsets
+        limit_formset.save(
+            commit=False
+        )  # fills new/changed/deleted_objects for the history
         rules.policy_save(
             policy=form.instance,
             limits=limit_formset.final_limits(),

@@ -189,10 +189,11 @@ class Policy(RuleModel):
 
     def __str__(self) -> str:
         subject = {
-            ScopeKind.DEFAULT: "default",
-            ScopeKind.TIER: f"tier {self.tier}",
-            ScopeKind.TENANT: f"tenant {self.tenant}",
-        }.get(self.scope, self.scope)
+            ScopeKind.TIER: f"tier {self.tier.slug}" if self.tier_id else "tier ?",
+            ScopeKind.TENANT: f"tenant {self.tenant.slug}"
+            if self.tenant_id
+            else "tenant ?",
+        }.get(self.scope, "default")
         route = self.route.slug if self.route_id else "all routes"
         return f"{subject} · {route}" + (" (override)" if self.expires_at else "")
 

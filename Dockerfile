@@ -1,0 +1,14 @@
+# The control plane image: web (gunicorn), Celery worker and beat share it.
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY controlplane ./controlplane
+COPY limits ./limits
+COPY api ./api
+COPY migrations ./migrations
+COPY templates ./templates
+COPY manage.py ./
+RUN pip install --no-cache-dir . && python manage.py collectstatic --noinput
+EXPOSE 8000
+CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4"]

@@ -1,0 +1,290 @@
+"""The admin as product, support and viewer people use it: pages, forms, and who may do what."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from limits import rules
+from limits.audit import Actor
+from limits.choices import AuditAction, ScopeKind
+from limits.models import AuditEntry, Policy, Tier
+from tests.factories import (
+    LimitFactory,
+    PolicyFactory,
+    RouteFactory,
+    TenantFactory,
+    TierFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+SAVE_BUTTON = b'name="_save"'
+
+
+@pytest.fixture
+def objects():
+    """One of each rule object, plus a support override and an audit entry."""
+    tier = TierFactory(slug="pro")
+    tenant = TenantFactory(slug="acme", tier=tier)
+    route = RouteFactory(slug="search", cost=1)
+    tier_policy = LimitFactory(policy=PolicyFactory(tier=tier, route=route)).policy
+    override = LimitFactory(policy=PolicyFactory(override=True, tenant=tenant)).policy
+    entry = AuditEntry.objects.create(
+        action=AuditAction.CREATE, actor="x", object_type="tier", object_repr="pro"
+    )
+    return {
+        "tier": tier,
+        "tenant": tenant,
+        "route": route,
+        "policy": tier_policy,
+        "override": override,
+        "auditentry": entry,
+    }
+
+
+def _url(name, obj=None, action="change"):
+    model = "policy" if name == "override" else name
+    if obj is None:
+        return reverse(f"admin:limits_{model}_{action}")
+    return reverse(f"admin:limits_{model}_{action}", args=[obj.pk])
+
+
+# role -> object -> (add status, may edit on its change page, delete status)
+MATRIX = {
+    "product": {
+        "tier": (200, True, 200),
+        "tenant": (200, True, 200),
+        "route": (200, True, 200),
+        "policy": (200, True, 200),
+        "override": (200, True, 200),
+        "auditentry": (403, False, 403),
+    },
+    "support": {
+        "tier": (403, False, 403),
+        "tenant": (403, False, 403),
+        "route": (403, False, 403),
+        "policy": (200, False, 403),
+        "override": (200, True, 200),
+        "auditentry": (403, False, 403),
+    },
+    "viewer": {
+        "tier": (403, False, 403),
+        "tenant": (403, False, 403),
+        "route": (403, False, 403),
+        "policy": (403, False, 403),
+        "override": (403, False, 403),
+        "auditentry": (403, False, 403),
+    },
+}
+CASES = [(role, name) for role, row in MATRIX.items() for name in row]
+
+
+@pytest.mark.parametrize(("role", "name"), CASES)
+def test_admin__role_on_object__permissions_as_in_the_matrix(
+    client, objects, request, role, name
+):
+    # Given a person of a role, signed in
+    client.force_login(request.getfixturevalue(f"{role}_user"))
+    add_status, may_edit, delete_status = MATRIX[role][name]
+    obj = objects[name]
+    # When they open the list, the add page, the object and its delete page
+    listing = client.get(_url(name, action="changelist"))
+    add = client.get(_url(name, action="add"))
+    change = client.get(_url(name, obj))
+    delete = client.get(_url(name, obj, action="delete"))
+    # Then everyone reads; adding, editing and deleting follow the role
+    assert listing.status_code == 200
+    assert change.status_code == 200
+    assert add.status_code == add_status
+    assert (SAVE_BUTTON in change.content) is may_edit
+    assert delete.status_code == delete_status
+
+
+def test_admin__anonymous__redirected_to_login(client):
+    response = client.get(reverse("admin:limits_policy_changelist"))
+    assert response.status_code == 302
+    assert "/admin/login/" in response["Location"]
+
+
+def _policy_form(scope, limits, **fields):
+    data = {
+        "scope": scope,
+        "tier": "",
+        "tenant": "",
+        "route": "",
+        "reason": "",
+        "expires_at_0": "",
+        "expires_at_1": "",
+        "limits-TOTAL_FORMS": str(len(limits)),
+        "limits-INITIAL_FORMS": "0",
+        "limits-MIN_NUM_FORMS": "1",
+        "limits-MAX_NUM_FORMS": "1000",
+    }
+    data.update(fields)
+    for index, limit in enumerate(limits):
+        for key, value in {
+            "dimension": "tenant",
+            "period": "1",
+            "cost": "",
+            **limit,
+        }.items():
+            data[f"limits-{index}-{key}"] = value
+    return data
+
+
+def test_policy_add__product_with_inline_limits__saved_and_audited_with_request(
+    client, product_user
+):
+    # Given a product person and a tier
+    tier = TierFactory(slug="free")
+    client.force_login(product_user)
+    # When they add a tier policy with two limits in one form
+    form = _policy_form(
+        ScopeKind.TIER,
+        [
+            {"rate": "5", "burst": "10"},
+            {"dimension": "user", "rate": "2", "burst": "5"},
+        ],
+        tier=tier.pk,
+    )
+    response = client.post(
+        _url("policy", action="add"), form, HTTP_X_REQUEST_ID="trace-123"
+    )
+    # Then it is saved with its limits and audited once, with the request id
+    assert response.status_code == 302, response.content.decode()[:2000]
+    policy = Policy.objects.get(tier=tier)
+    assert sorted(limit.describe() for limit in policy.limits.all()) == [
+        "per tenant: 5 / s, burst 10",
+        "per user: 2 / s, burst 5",
+    ]
+    entry = AuditEntry.objects.get(object_type="policy", object_id=str(policy.pk))
+    assert (entry.actor, entry.request_id, entry.source_ip) == (
+        "pat-product",
+        "trace-123",
+        "127.0.0.1",
+    )
+    assert len(entry.after["limits"]) == 2
+
+
+def test_policy_add__burst_below_route_cost__error_shown_and_nothing_saved(
+    client, product_user
+):
+    route = RouteFactory(slug="export", cost=10)
+    client.force_login(product_user)
+    form = _policy_form(
+        ScopeKind.DEFAULT, [{"rate": "5", "burst": "5"}], route=route.pk
+    )
+    response = client.post(_url("policy", action="add"), form)
+    assert response.status_code == 200
+    assert "below the request cost 10" in response.content.decode()
+    assert not Policy.objects.filter(route=route).exists()
+
+
+def test_policy_add__support_tier_policy__refused_on_the_form(client, support_user):
+    tier = TierFactory(slug="free")
+    client.force_login(support_user)
+    form = _policy_form(ScopeKind.TIER, [{"rate": "5", "burst": "10"}], tier=tier.pk)
+    response = client.post(_url("policy", action="add"), form)
+    assert response.status_code == 200
+    assert not Policy.objects.filter(tier=tier).exists()
+
+
+def test_policy_add__support_override_without_expiry__asked_for_one(
+    client, support_user
+):
+    tenant = TenantFactory(slug="acme")
+    client.force_login(support_user)
+    form = _policy_form(
+        ScopeKind.TENANT,
+        [{"rate": "50", "burst": "100"}],
+        tenant=tenant.pk,
+        reason="incident 9",
+    )
+    response = client.post(_url("policy", action="add"), form)
+    assert response.status_code == 200
+    assert "This field is required" in response.content.decode()
+    assert not Policy.objects.filter(tenant=tenant).exists()
+
+
+def test_policy_add__support_override_with_reason_and_expiry__saved(
+    client, support_user
+):
+    tenant = TenantFactory(slug="acme")
+    client.force_login(support_user)
+    expires = timezone.now() + timedelta(days=3)
+    form = _policy_form(
+        ScopeKind.TENANT,
+        [{"rate": "50", "burst": "100"}],
+        tenant=tenant.pk,
+        reason="incident 9",
+        expires_at_0=expires.strftime("%Y-%m-%d"),
+        expires_at_1="12:00:00",
+    )
+    response = client.post(_url("policy", action="add"), form)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    override = Policy.objects.get(tenant=tenant)
+    assert override.expires_at is not None
+    assert AuditEntry.objects.get(object_type="policy").reason == "incident 9"
+
+
+def test_default_policy__admin_delete__not_offered(client, product_user):
+    client.force_login(product_user)
+    default = Policy.objects.get(scope=ScopeKind.DEFAULT, route=None)
+    assert client.get(_url("policy", default, action="delete")).status_code == 403
+
+
+def test_tier_delete__through_admin__audited(client, product_user):
+    tier = TierFactory(slug="unused")
+    client.force_login(product_user)
+    response = client.post(_url("tier", tier, action="delete"), {"post": "yes"})
+    assert response.status_code == 302
+    assert not Tier.objects.filter(slug="unused").exists()
+    assert AuditEntry.objects.get(action=AuditAction.DELETE).object_repr == "Unused"
+
+
+def test_tenant_page__effective_limits__computed_by_the_resolver(client, viewer_user):
+    # Given a pro tenant with a live override on search
+    tier = TierFactory(slug="pro")
+    tenant = TenantFactory(slug="acme", tier=tier)
+    search = RouteFactory(slug="search")
+    LimitFactory(policy=PolicyFactory(tier=tier), rate=100, burst=200)
+    LimitFactory(
+        policy=PolicyFactory(override=True, tenant=tenant, route=search),
+        rate=500,
+        burst=1000,
+    )
+    client.force_login(viewer_user)
+    # When a viewer opens the tenant
+    page = client.get(_url("tenant", tenant)).content.decode()
+    # Then each route shows the policy that wins, and why
+    assert "per tenant: 500 / s, burst 1,000" in page
+    assert "tenant acme · search (override)" in page
+    assert "per tenant: 100 / s, burst 200" in page
+    assert "tier · all routes" in page
+
+
+def test_policy_list__limits__shown_the_way_people_say_them(client, viewer_user):
+    LimitFactory(
+        policy=PolicyFactory(tier=TierFactory(slug="pro")), rate=100, burst=200
+    )
+    client.force_login(viewer_user)
+    page = client.get(_url("policy", action="changelist")).content.decode()
+    assert "per tenant: 100 / s, burst 200" in page
+
+
+def test_audit_log__admin__read_only_with_filters(client, product_user):
+    TierFactory(slug="pro")
+    client.force_login(product_user)
+    rules.rule_save(obj=Tier(slug="gold", name="Gold"), actor=Actor(user=product_user))
+    listing = client.get(
+        _url("auditentry", action="changelist") + "?action__exact=create"
+    )
+    assert listing.status_code == 200
+    assert "Gold" in listing.content.decode()
+    entry = AuditEntry.objects.get(object_repr="Gold")
+    assert (
+        client.post(_url("auditentry", entry), {"actor": "mallory"}).status_code == 403
+    )
+    assert AuditEntry.objects.get(pk=entry.pk).actor == "pat-product"

@@ -1,0 +1,60 @@
+"""Commands run without Postgres or Redis stop with one clear line, not a traceback."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _manage(*args, **env):
+    environment = {**os.environ, **env}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["preflight"], ["showmigrations"]])
+def test_manage__postgres_unreachable__one_line_naming_url_and_fix(command):
+    # Given a DATABASE_URL where nothing listens (with a password that must not be printed)
+    url = f"postgres://postgres:s3cret@127.0.0.1:{free_port()}/sluice"
+    # When running a command that needs the database
+    result = _manage(*command, DATABASE_URL=url)
+    # Then it fails with one line that names the URL (password hidden) and how to start Postgres
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"127.0.0.1:{url.rsplit(':', 1)[1].split('/')[0]}" in lines[0]
+    assert "cannot reach Postgres" in lines[0]
+    assert "pg_ctlcluster" in lines[0]
+    assert "s3cret" not in lines[0]
+
+
+def test_preflight__redis_unreachable__one_line_naming_url_and_fix():
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    result = _manage("preflight", REDIS_URL=url)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"cannot reach Redis at {url}" in result.stderr
+    assert "redis-server" in result.stderr
+
+
+def test_preflight__database_missing__says_how_to_create_it():
+    result = _manage(
+        "preflight",
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/sluice_does_not_exist",
+    )
+    assert result.returncode != 0
+    assert "does not exist" in result.stderr
+    assert "--create-database" in result.stderr
