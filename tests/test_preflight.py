@@ -10,6 +10,7 @@ import pytest
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+POSTGRES_DB = "postgres://postgres@127.0.0.1:5432/postgres"
 
 
 def _manage(*args, **env):
@@ -42,8 +43,9 @@ def test_manage__postgres_unreachable__one_line_naming_url_and_fix(command):
 
 
 def test_preflight__redis_unreachable__one_line_naming_url_and_fix():
+    # Given a reachable Postgres database (the maintenance one always exists) and no Redis
     url = f"redis://127.0.0.1:{free_port()}/0"
-    result = _manage("preflight", REDIS_URL=url)
+    result = _manage("preflight", REDIS_URL=url, DATABASE_URL=POSTGRES_DB)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert f"cannot reach Redis at {url}" in result.stderr
