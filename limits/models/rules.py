@@ -118,9 +118,10 @@ class Route(RuleModel):
     def __str__(self) -> str:
         return self.slug
 
-    def clean(self) -> None:
-        if self.methods:
-            self.methods = sorted({method.upper() for method in self.methods})
+    def clean_fields(self, exclude=None) -> None:
+        # Accept "get" as well as "GET": normalize before the choices are checked.
+        self.methods = sorted({str(method).upper() for method in self.methods or []})
+        super().clean_fields(exclude)
 
 
 class Policy(RuleModel):

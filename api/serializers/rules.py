@@ -1,0 +1,128 @@
+"""Serializers of the rule objects. Relations are written and read by slug."""
+
+from rest_framework import serializers
+
+from limits.models import Limit, Policy, Route, Tenant, Tier
+
+READ_ONLY = ("id", "revision", "created_at", "updated_at")
+
+
+class TierSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Tier
+        fields = ("id", "slug", "name", "description", "position", *READ_ONLY[1:])
+        read_only_fields = READ_ONLY
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    tier = serializers.SlugRelatedField(slug_field="slug", queryset=Tier.objects.all())
+
+    class Meta:
+        model = Tenant
+        fields = ("id", "slug", "name", "tier", "contact_emails", *READ_ONLY[1:])
+        read_only_fields = READ_ONLY
+
+
+class RouteSerializer(serializers.ModelSerializer):
+    methods = serializers.ListField(
+        child=serializers.CharField(max_length=7),
+        min_length=1,
+        error_messages={"min_length": "A route needs at least one HTTP method."},
+        help_text='HTTP methods, e.g. ["GET", "HEAD"]; case does not matter.',
+    )
+
+    class Meta:
+        model = Route
+        fields = (
+            "id",
+            "slug",
+            "description",
+            "methods",
+            "path_pattern",
+            "cost",
+            "failure_mode",
+            *READ_ONLY[1:],
+        )
+        read_only_fields = READ_ONLY
+
+
+class PolicyLimitSerializer(serializers.ModelSerializer):
+    """A limit inside a policy; send ``id`` to change an existing one, omit it to add one."""
+
+    id = serializers.IntegerField(required=False)
+    description = serializers.CharField(source="describe", read_only=True)
+
+    class Meta:
+        model = Limit
+        fields = (
+            "id",
+            "dimension",
+            "rate",
+            "period",
+            "burst",
+            "cost",
+            "shadow",
+            "description",
+        )
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    tier = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Tier.objects.all(), required=False, allow_null=True
+    )
+    tenant = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Tenant.objects.all(),
+        required=False,
+        allow_null=True,
+    )
+    route = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Route.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="A route slug; null or absent for every route.",
+    )
+    limits = PolicyLimitSerializer(many=True, min_length=1)
+    description = serializers.CharField(source="__str__", read_only=True)
+
+    class Meta:
+        model = Policy
+        fields = (
+            "id",
+            "description",
+            "scope",
+            "tier",
+            "tenant",
+            "route",
+            "reason",
+            "expires_at",
+            "limits",
+            *READ_ONLY[1:],
+        )
+        read_only_fields = READ_ONLY
+        validators = []  # uniqueness is checked by the service, with a field-level message
+
+
+class LimitSerializer(serializers.ModelSerializer):
+    """A limit on its own; writes go through its policy so the policy is validated whole."""
+
+    policy = serializers.PrimaryKeyRelatedField(queryset=Policy.objects.all())
+    description = serializers.CharField(source="describe", read_only=True)
+
+    class Meta:
+        model = Limit
+        fields = (
+            "id",
+            "policy",
+            "dimension",
+            "rate",
+            "period",
+            "burst",
+            "cost",
+            "shadow",
+            "description",
+            *READ_ONLY[1:],
+        )
+        read_only_fields = READ_ONLY
+        validators = []

@@ -1,0 +1,68 @@
+"""Services for API and gateway tokens: issue (secret shown once), revoke, authenticate."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from limits.audit import Actor, audit_record
+from limits.choices import AuditAction
+from limits.models import ApiToken, hash_secret
+from limits.models.tokens import Token
+
+__all__ = ["api_token_authenticate", "token_create", "token_revoke"]
+
+#: last_used_at is refreshed at most this often, so that using a token is not a write per request.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+@transaction.atomic
+def token_create(*, token: Token, actor: Actor) -> str:
+    """Save ``token`` with a new secret and audit it; return the secret (shown once)."""
+    secret = token.issue_secret()
+    token.full_clean()
+    token.save()
+    audit_record(
+        actor=actor,
+        action=AuditAction.TOKEN_CREATE,
+        obj=token,
+        after={"name": token.name, "prefix": token.prefix, **_owner(token)},
+    )
+    return secret
+
+
+@transaction.atomic
+def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
+    """Revoke ``token`` from now on; audited. Revoking twice changes nothing."""
+    if not token.is_active:
+        return
+    token.revoke()
+    token.save(update_fields=["revoked_at"])
+    audit_record(
+        actor=actor,
+        action=AuditAction.TOKEN_REVOKE,
+        obj=token,
+        before={"name": token.name, "prefix": token.prefix, **_owner(token)},
+        reason=reason,
+    )
+
+
+def _owner(token: Token) -> dict[str, str]:
+    return {"user": token.user.get_username()} if isinstance(token, ApiToken) else {}
+
+
+def api_token_authenticate(secret: str) -> ApiToken | None:
+    """The active API token with this secret, or None; records when it was last used."""
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(key_hash=hash_secret(secret), revoked_at__isnull=True)
+        .first()
+    )
+    if token is None or not token.user.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
