@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from . import audit, rules  # noqa: F401  (registers the model admins)
+from . import audit, rules, tokens  # noqa: F401  (registers the model admins)
 
 admin.site.site_header = "Sluice"
 admin.site.site_title = "Sluice control plane"
