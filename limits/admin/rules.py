@@ -197,6 +197,12 @@ class PolicyAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("limits")
 
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        return (
+            fieldsets if obj is not None else fieldsets[:-1]
+        )  # no history before it exists
+
     def get_form(self, request, obj=None, change=False, **kwargs):
         form_class = super().get_form(request, obj, change=change, **kwargs)
         actor = Actor.from_request(request)
