@@ -164,6 +164,11 @@ EMAIL_BACKEND = os.environ.get(
 )
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sluice@localhost")
 
+#: A gateway that has not polled for this many seconds is shown as silent.
+SLUICE_FLEET_SILENT_AFTER = env_int("SLUICE_FLEET_SILENT_AFTER", 60)
+#: A gateway behind the active version for longer than this many seconds is stale.
+SLUICE_FLEET_STALE_AFTER = env_int("SLUICE_FLEET_STALE_AFTER", 60)
+
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")
 

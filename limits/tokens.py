@@ -9,13 +9,24 @@ from django.utils import timezone
 
 from limits.audit import Actor, audit_record
 from limits.choices import AuditAction
-from limits.models import ApiToken, hash_secret
+from limits.models import ApiToken, GatewayToken, hash_secret
 from limits.models.tokens import Token
+from limits.store import redis_client
 
-__all__ = ["api_token_authenticate", "token_create", "token_revoke"]
+__all__ = [
+    "api_token_authenticate",
+    "gateway_token_authenticate",
+    "token_create",
+    "token_revoke",
+]
 
 #: last_used_at is refreshed at most this often, so that using a token is not a write per request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+#: How long Redis vouches for a gateway token before Postgres is asked again. Revocation
+#: deletes the entry at once; this bounds the damage if that delete was lost.
+GATEWAY_TOKEN_CACHE_SECONDS = 300
+_GATEWAY_TOKEN_KEY = "sluice:gateway-token:{}"
 
 
 @transaction.atomic
@@ -40,6 +51,9 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
         return
     token.revoke()
     token.save(update_fields=["revoked_at"])
+    if isinstance(token, GatewayToken):
+        key = _GATEWAY_TOKEN_KEY.format(token.key_hash)
+        transaction.on_commit(lambda: redis_client().delete(key))
     audit_record(
         actor=actor,
         action=AuditAction.TOKEN_REVOKE,
@@ -66,3 +80,23 @@ def api_token_authenticate(secret: str) -> ApiToken | None:
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token
+
+
+def gateway_token_authenticate(secret: str) -> str | None:
+    """The prefix of the active gateway token with this secret, or None.
+
+    Answers from Redis when it can, so a gateway's poll costs no database query;
+    a miss is checked in Postgres (and records ``last_used_at``) then cached.
+    """
+    key = _GATEWAY_TOKEN_KEY.format(hash_secret(secret))
+    cached = redis_client().get(key)
+    if cached is not None:
+        return cached.decode()
+    token = GatewayToken.objects.filter(
+        key_hash=hash_secret(secret), revoked_at__isnull=True
+    ).first()
+    if token is None:
+        return None
+    GatewayToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    redis_client().set(key, token.prefix, ex=GATEWAY_TOKEN_CACHE_SECONDS)
+    return token.prefix

@@ -1,0 +1,136 @@
+"""The fleet: which gateway runs which snapshot version, as the gateways report it on each poll.
+
+Reports live in one Redis hash (``sluice:fleet:gateways``, gateway id -> JSON), so a
+poll costs one HSET and no database write. The Fleet page and the API read it and
+judge each gateway against the active version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from enum import StrEnum
+
+from django.conf import settings
+
+from limits.store import redis_client
+
+__all__ = [
+    "FLEET_KEY",
+    "FleetStatus",
+    "GatewayReport",
+    "GatewayState",
+    "fleet_record",
+    "fleet_status",
+    "parse_gateway_id",
+]
+
+FLEET_KEY = "sluice:fleet:gateways"
+_GATEWAY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+#: Gateways not heard from for this long are dropped from the fleet.
+FORGET_AFTER_SECONDS = 7 * 86400
+
+
+class GatewayState(StrEnum):
+    IN_SYNC = "in sync"  #: runs the active version
+    UPDATING = "updating"  #: behind, but the active version is recent
+    STALE = "stale"  #: behind the active version for longer than the threshold
+    ERROR = "error"  #: reports a version it rejected
+    SILENT = "silent"  #: has not polled for longer than the threshold
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayReport:
+    """What one gateway said in its last poll."""
+
+    gateway: str
+    applied: int | None  #: the version it enforces (None before its first snapshot)
+    rejected: int | None  #: a version it refused, if any
+    reason: str  #: why it refused it
+    seen: float  #: epoch seconds of the poll
+    token: str  #: prefix of the token it used
+    address: str  #: the address it polled from
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStatus:
+    report: GatewayReport
+    state: GatewayState
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStatus:
+    active_version: int | None
+    gateways: list[GatewayStatus]
+    versions: dict[int | None, int]  #: version -> how many gateways run it
+
+
+def parse_gateway_id(value: str) -> str:
+    """Validate a ``Sluice-Gateway-Id``; raise ValueError saying what is allowed."""
+    if not _GATEWAY_ID.match(value):
+        raise ValueError("1 to 100 characters: letters, digits, '.', '_', ':' and '-'")
+    return value
+
+
+def fleet_record(report: GatewayReport, *, pipeline=None) -> None:
+    """Store ``report`` as the gateway's latest (in ``pipeline`` when given)."""
+    target = pipeline if pipeline is not None else redis_client()
+    target.hset(FLEET_KEY, report.gateway, json.dumps(_as_dict(report)))
+
+
+def _as_dict(report: GatewayReport) -> dict:
+    return {name: getattr(report, name) for name in GatewayReport.__slots__}
+
+
+def fleet_reports() -> list[GatewayReport]:
+    """Every gateway's latest report; forgets the ones gone for a week."""
+    raw = redis_client().hgetall(FLEET_KEY)
+    reports = [GatewayReport(**json.loads(value)) for value in raw.values()]
+    forgotten = [
+        r.gateway for r in reports if time.time() - r.seen > FORGET_AFTER_SECONDS
+    ]
+    if forgotten:
+        redis_client().hdel(FLEET_KEY, *forgotten)
+    return sorted(
+        (r for r in reports if r.gateway not in forgotten), key=lambda r: r.gateway
+    )
+
+
+def fleet_status(
+    *, active_version: int | None, active_since: float | None, now: float | None = None
+) -> FleetStatus:
+    """Judge every gateway against the active version (activated at ``active_since``)."""
+    now = time.time() if now is None else now
+    statuses = [
+        GatewayStatus(report, _state(report, active_version, active_since, now))
+        for report in fleet_reports()
+    ]
+    versions = Counter(status.report.applied for status in statuses)
+    return FleetStatus(
+        active_version, statuses, dict(sorted(versions.items(), key=_version_order))
+    )
+
+
+def _version_order(item: tuple[int | None, int]) -> tuple[int, int]:
+    version, _ = item
+    return (-1 if version is None else version, 0)
+
+
+def _state(
+    report: GatewayReport, active: int | None, since: float | None, now: float
+) -> GatewayState:
+    if now - report.seen > settings.SLUICE_FLEET_SILENT_AFTER:
+        return GatewayState.SILENT
+    if report.rejected is not None:
+        return GatewayState.ERROR
+    if active is None or (report.applied is not None and report.applied >= active):
+        return GatewayState.IN_SYNC
+    behind_for = now - (since if since is not None else report.seen)
+    return (
+        GatewayState.STALE
+        if behind_for > settings.SLUICE_FLEET_STALE_AFTER
+        else GatewayState.UPDATING
+    )
