@@ -7,7 +7,19 @@ the ones the control plane publishes and explains with.
 
 from __future__ import annotations
 
+from .aio import AsyncLimiter
+from .bucket import AsyncTokenBucket, TokenBucket, connect, connect_async
+from .bundle import (
+    Bundle,
+    SnapshotProvider,
+    StaticSource,
+    fallback_snapshot,
+    parse_bundle,
+)
+from .decision import Decision, LimitStatus, Outcome
 from .errors import EnforcementError, SnapshotError
+from .failure import BreakerState, CircuitBreaker, LocalBuckets
+from .limiter import Limiter
 from .resolver import Level, Resolution, Resolver, resolve
 from .routing import PatternError, RouteTable, parse_path_pattern
 from .snapshot import (
@@ -29,11 +41,21 @@ from .validation import Problem, validate_rules
 __all__ = [
     "ALL_ROUTES",
     "DEFAULT_SCOPE",
+    "AsyncLimiter",
+    "AsyncTokenBucket",
+    "BreakerState",
+    "Bundle",
+    "CircuitBreaker",
+    "Decision",
     "Dimension",
     "EnforcementError",
     "FailureMode",
     "Level",
     "Limit",
+    "LimitStatus",
+    "Limiter",
+    "LocalBuckets",
+    "Outcome",
     "PatternError",
     "Policy",
     "Problem",
@@ -45,8 +67,15 @@ __all__ = [
     "ScopeKind",
     "Snapshot",
     "SnapshotError",
+    "SnapshotProvider",
+    "StaticSource",
+    "TokenBucket",
+    "connect",
+    "connect_async",
     "describe_limit",
     "fallback_rules",
+    "fallback_snapshot",
+    "parse_bundle",
     "parse_path_pattern",
     "resolve",
     "validate_rules",
