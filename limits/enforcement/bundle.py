@@ -11,10 +11,13 @@ switch time and answers with one comparison. The wire format is in
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import SnapshotError
@@ -27,6 +30,8 @@ __all__ = [
     "fallback_snapshot",
     "parse_bundle",
     "parse_bundle_bytes",
+    "read_bundle_file",
+    "write_bundle_file",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -118,6 +123,48 @@ def _snapshot(data: Any, path: str) -> Snapshot:
         return Snapshot.from_json(data)
     except SnapshotError as exc:
         raise SnapshotError(f"{path}.{exc.path}", exc.message) from None
+
+
+def write_bundle_file(path: Path, bundle: Bundle, etag: str | None) -> None:
+    """Write the last good bundle so that a crash never leaves a half-written file.
+
+    The bytes go to a temporary file in the same directory, are fsynced, then
+    renamed over ``path`` (atomic on POSIX), and the directory is fsynced so the
+    rename itself survives a power cut.
+    """
+    data = json.dumps({"etag": etag, "bundle": bundle.to_json()}, sort_keys=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def read_bundle_file(path: Path) -> tuple[Bundle, str | None]:
+    """Read what :func:`write_bundle_file` wrote; raise SnapshotError if it is not that."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError("$", f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or set(data) != {"etag", "bundle"}:
+        raise SnapshotError(
+            "$", "not a Sluice bundle file (expects 'etag' and 'bundle')"
+        )
+    etag = data["etag"]
+    if etag is not None and not isinstance(etag, str):
+        raise SnapshotError("etag", "must be a string or null")
+    return parse_bundle(data["bundle"]), etag
 
 
 class StaticSource:
