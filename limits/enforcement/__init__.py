@@ -19,6 +19,7 @@ from .bundle import (
 from .decision import Decision, LimitStatus, Outcome
 from .errors import EnforcementError, SnapshotError
 from .failure import BreakerState, CircuitBreaker, LocalBuckets
+from .identity import Identity, TrustedProxies, client_ip
 from .limiter import Limiter
 from .resolver import Level, Resolution, Resolver, resolve
 from .routing import PatternError, RouteTable, parse_path_pattern
@@ -50,6 +51,7 @@ __all__ = [
     "Dimension",
     "EnforcementError",
     "FailureMode",
+    "Identity",
     "Level",
     "Limit",
     "LimitStatus",
@@ -70,6 +72,8 @@ __all__ = [
     "SnapshotProvider",
     "StaticSource",
     "TokenBucket",
+    "TrustedProxies",
+    "client_ip",
     "connect",
     "connect_async",
     "describe_limit",
