@@ -55,22 +55,15 @@ class AsyncLimiter(LimiterCore):
         ip: str | None = None,
     ) -> Decision:
         """Decide one request; see :meth:`.limiter.Limiter.decide`."""
-        engine, prepared = self.prepare(
-            route=route,
-            method=method,
-            path=path,
-            tenant=tenant,
-            user=user,
-            api_key=api_key,
-            ip=ip,
-        )
+        engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
         if not self.breaker.allow():
             return self.fail(engine, prepared, "circuit open")
         try:
             reply = await self.bucket(prepared.keys, prepared.plan.args)
         except redis.RedisError as exc:
             return self.store_failed(engine, prepared, exc)
-        self.store_answered()
+        if self.breaker.troubled:
+            self.store_answered()
         return engine.decision(prepared, reply)
 
     async def aclose(self) -> None:

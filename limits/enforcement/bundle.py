@@ -71,6 +71,8 @@ class Bundle:
 
     def in_force(self, now: float) -> Snapshot:
         """The snapshot to enforce at ``now`` (epoch seconds): the latest one already effective."""
+        if not self._times or now < self._times[0]:
+            return self.active
         snapshot = self.active
         for moment, scheduled in zip(self._times, self.scheduled, strict=True):
             if moment > now:

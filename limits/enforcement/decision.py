@@ -1,12 +1,17 @@
 """The answer of the limiter: a :class:`Decision` and the state of each limit behind it.
 
 :mod:`.headers` renders a decision to HTTP; nothing else recomputes it.
+
+Both are typed ``NamedTuple`` values (like ``limits.WindowStats``), not frozen
+dataclasses: every request builds one decision and a status per limit, and on
+these machines a frozen dataclass costs ~2 µs more to build than a tuple
+(``docs/benchmarks.md``). They are just as immutable and carry no ``__dict__``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from .snapshot import Limit, Policy
 
@@ -28,8 +33,7 @@ class Outcome(StrEnum):
     LOCAL = "local"  #: the store failed and an in-process bucket decided
 
 
-@dataclass(frozen=True, slots=True)
-class LimitStatus:
+class LimitStatus(NamedTuple):
     """One limit of the policy after the decision: its bucket and what it said."""
 
     limit: Limit  #: the limit as published in the snapshot
@@ -43,8 +47,7 @@ class LimitStatus:
     retry_after: float  #: seconds until the request would fit; 0.0 when it fits
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """Whether to serve a request, which limit decided, and what to tell the client.
 
     ``limit``, ``remaining`` and ``reset`` describe the deciding limit: the one

@@ -10,6 +10,7 @@ script arguments, so a request pays for look-ups and string formatting only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .bucket import Geometry, geometry
 from .decision import Decision, LimitStatus, Outcome
@@ -20,6 +21,7 @@ from .snapshot import PERIODS, Dimension, FailureMode, Limit, Policy, Snapshot
 __all__ = ["Engine", "LimitPlan", "PolicyPlan", "Prepared", "compile_policy"]
 
 _MICROS = 1_000_000
+_CACHE_SIZE = 100_000  #: (tenant, route) resolutions kept per snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +29,11 @@ class LimitPlan:
     """One limit of a policy, ready to key and to run."""
 
     limit: Limit
+    dimension: Dimension  #: the limit's, kept at hand for the hot path
     name: str  #: the policy name in RateLimit headers: ``<dimension>-<period unit>``
     template: str  #: the bucket key template, see :func:`.keys.key_template`
     geometry: Geometry
+    quota: int  #: the bucket's capacity in tokens: IETF ``q``
     window: int  #: whole seconds to refill the full bucket: IETF ``w``
 
 
@@ -52,7 +56,10 @@ def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
         name = f"{limit.dimension.value}-{PERIODS[limit.period]}"
         template = key_template(policy.route, limit.dimension, limit.period)
         window = -(-shape.capacity // _MICROS)  # ceil: q / w never overstates the rate
-        plans.append(LimitPlan(limit, name, template, shape, window))
+        quota = shape.capacity // shape.tick
+        plans.append(
+            LimitPlan(limit, limit.dimension, name, template, shape, quota, window)
+        )
         args += [
             b"%d" % shape.increment,
             b"%d" % shape.capacity,
@@ -62,15 +69,20 @@ def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
     return PolicyPlan(policy, tuple(plans), tuple(args), counts_tenant)
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """A request resolved and keyed: what the store is asked, and what to do if it fails."""
+class Prepared(NamedTuple):
+    """A request resolved and keyed: what the store is asked, and what to do if it fails.
+
+    A tuple rather than a frozen dataclass: one is built per request (see :mod:`.decision`).
+    """
 
     plan: PolicyPlan
     keys: list[str]
     route: str | None
     failure_mode: FailureMode
     cost: int  #: the route's cost (a limit may override it)
+
+
+_Entry = tuple[PolicyPlan, str | None, FailureMode, int]  # plan, route slug, mode, cost
 
 
 class Engine:
@@ -84,6 +96,8 @@ class Engine:
         self.resolver = Resolver(snapshot.rules)
         self.unmatched = unmatched  #: failure mode of requests that match no route
         self._plans: dict[tuple[int, int, int], PolicyPlan] = {}
+        self._cache: dict[tuple[str | None, str | None], _Entry] = {}
+        self._valid_until = float("-inf")
 
     def plan(self, policy: Policy, cost: int, share: int = 1) -> PolicyPlan:
         """Return the compiled ``policy`` for ``cost`` (cached for the snapshot's life)."""
@@ -111,79 +125,141 @@ class Engine:
         if route is None and method is not None and path is not None:
             matched = self.resolver.match_route(method, path)
             route = matched.slug if matched else None
-        resolution = self.resolver.resolve(tenant=tenant, route=route, now=now)
-        cost = resolution.cost
-        plan = self.plan(resolution.policy, cost)
-        owner = owner_tag(tenant=tenant, ip=ip, counts_tenant=plan.counts_tenant)
+        plan, slug, mode, cost = self._resolved(tenant, route, now)
+        owner = owner_tag(tenant, ip, plan.counts_tenant)
         keys = [
-            p.template
-            % (
-                owner,
-                subject_value(
-                    p.limit.dimension, tenant=tenant, user=user, api_key=api_key, ip=ip
-                ),
-            )
+            p.template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
             for p in plan.limits
         ]
-        found = resolution.route
-        mode = found.failure_mode if found else self.unmatched
-        return Prepared(plan, keys, found.slug if found else None, mode, cost)
+        return Prepared(plan, keys, slug, mode, cost)
+
+    def _resolved(self, tenant: str | None, route: str | None, now: float) -> _Entry:
+        """The shared resolver's answer for (tenant, route), cached until an override expires.
+
+        Only the expiry of an override changes what the resolver says for the
+        same snapshot, so entries are dropped when the next expiry passes.
+        """
+        if now >= self._valid_until:
+            self._cache.clear()
+            self._valid_until = self._next_expiry(now)
+        entry = self._cache.get((tenant, route))
+        if entry is None:
+            resolution = self.resolver.resolve(tenant=tenant, route=route, now=now)
+            found = resolution.route
+            entry = (
+                self.plan(resolution.policy, resolution.cost),
+                found.slug if found else None,
+                found.failure_mode if found else self.unmatched,
+                resolution.cost,
+            )
+            if (
+                len(self._cache) >= _CACHE_SIZE
+            ):  # unknown tenants must not grow it forever
+                self._cache.clear()
+            self._cache[(tenant, route)] = entry
+        return entry
+
+    def _next_expiry(self, now: float) -> float:
+        moments = [
+            policy.expires_at.timestamp()
+            for policy in self.snapshot.rules.policies
+            if policy.expires_at is not None and policy.expires_at.timestamp() > now
+        ]
+        return min(moments, default=float("inf"))
 
     def decision(
         self, prepared: Prepared, reply: list[int], *, plan: PolicyPlan | None = None
     ) -> Decision:
         """Turn the script's reply (or a local bucket's, with its ``plan``) into a Decision."""
         plan = plan or prepared.plan
-        statuses = tuple(
-            _status(p, key, reply[2 * i + 1], reply[2 * i + 2])
-            for i, (p, key) in enumerate(zip(plan.limits, prepared.keys, strict=True))
-        )
+        statuses = _statuses(plan, prepared.keys, reply)
         admitted = reply[0] == 1
         deciding = _deciding(statuses, admitted)
         shadow = any(not s.fits for s in statuses if s.limit.shadow)
-        outcome = _outcome(admitted, shadow)
+        if deciding is None:  # validation forbids a policy of shadow limits only
+            return _undecided(self, prepared, plan, statuses, admitted, shadow)
         return Decision(
-            allowed=admitted,
-            status=200 if admitted else 429,
-            outcome=outcome,
-            deciding=deciding,
-            limit=deciding.quota if deciding else 0,
-            remaining=deciding.remaining if deciding else 0,
-            reset=deciding.reset if deciding else 0.0,
-            retry_after=None
-            if admitted
-            else (deciding.retry_after if deciding else 1.0),
-            policy=plan.policy,
-            snapshot_version=self.version,
-            route=prepared.route,
-            statuses=statuses,
-            shadow=shadow,
+            admitted,
+            200 if admitted else 429,
+            _outcome(admitted, shadow),
+            deciding,
+            deciding.quota,
+            deciding.remaining,
+            deciding.reset,
+            None if admitted else deciding.retry_after,
+            plan.policy,
+            self.version,
+            prepared.route,
+            statuses,
+            shadow,
         )
 
 
-def _status(plan: LimitPlan, key: str, fits: int, debt: int) -> LimitStatus:
-    shape = plan.geometry
-    return LimitStatus(
-        limit=plan.limit,
-        name=plan.name,
-        key=key,
-        quota=shape.capacity // shape.tick,
-        window=plan.window,
-        fits=fits == 1,
-        remaining=shape.remaining(debt),
-        reset=debt / _MICROS,
-        retry_after=0.0 if fits == 1 else shape.wait(debt) / _MICROS,
-    )
+def _statuses(
+    plan: PolicyPlan, keys: list[str], reply: list[int]
+) -> tuple[LimitStatus, ...]:
+    statuses = []
+    for index, limit_plan in enumerate(plan.limits):
+        fits, debt = reply[2 * index + 1] == 1, reply[2 * index + 2]
+        shape = limit_plan.geometry
+        statuses.append(
+            LimitStatus(
+                limit_plan.limit,
+                limit_plan.name,
+                keys[index],
+                limit_plan.quota,
+                limit_plan.window,
+                fits,
+                max(0, (shape.capacity - debt) // shape.tick),
+                debt / _MICROS,
+                0.0 if fits else shape.wait(debt) / _MICROS,
+            )
+        )
+    return tuple(statuses)
 
 
 def _deciding(statuses: tuple[LimitStatus, ...], admitted: bool) -> LimitStatus | None:
     """The limit that rejected with the longest wait, or the one closest to rejecting."""
-    enforcing = [s for s in statuses if not s.limit.shadow]
-    if not enforcing:  # validation forbids it; report nothing rather than guess
-        return None
-    if admitted:
-        return min(enforcing, key=lambda s: (s.remaining, -s.reset))
-    return max((s for s in enforcing if not s.fits), key=lambda s: s.retry_after)
+    best: LimitStatus | None = None
+    for status in statuses:
+        if status.limit.shadow:
+            continue
+        if admitted:
+            if best is None or (status.remaining, -status.reset) < (
+                best.remaining,
+                -best.reset,
+            ):
+                best = status
+        elif not status.fits and (
+            best is None or status.retry_after > best.retry_after
+        ):
+            best = status
+    return best
+
+
+def _undecided(
+    engine: Engine,
+    prepared: Prepared,
+    plan: PolicyPlan,
+    statuses: tuple[LimitStatus, ...],
+    admitted: bool,
+    shadow: bool,
+) -> Decision:
+    return Decision(
+        admitted,
+        200 if admitted else 429,
+        _outcome(admitted, shadow),
+        None,
+        0,
+        0,
+        0.0,
+        None if admitted else 1.0,
+        plan.policy,
+        engine.version,
+        prepared.route,
+        statuses,
+        shadow,
+    )
 
 
 def _outcome(admitted: bool, shadow: bool) -> Outcome:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from enum import StrEnum
 
 from .decision import Decision, Outcome
@@ -60,6 +59,11 @@ class CircuitBreaker:
     @property
     def state(self) -> BreakerState:
         return self._state
+
+    @property
+    def troubled(self) -> bool:
+        """Whether a success must be recorded: failures counted, or not closed."""
+        return self._failures > 0 or self._state is not BreakerState.CLOSED
 
     def allow(self) -> bool:
         """Whether to call Redis now; in the open state, True once per cooldown (the probe)."""
@@ -183,4 +187,4 @@ def failover(
 
 
 def _degrade(decision: Decision, *, outcome: Outcome, error: str) -> Decision:
-    return replace(decision, outcome=outcome, degraded=True, error=error)
+    return decision._replace(outcome=outcome, degraded=True, error=error)

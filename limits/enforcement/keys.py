@@ -72,7 +72,6 @@ def _digest(value: str) -> str:
 
 def subject_value(
     dimension: Dimension,
-    *,
     tenant: str | None,
     user: str | None,
     api_key: str | None,
@@ -88,7 +87,7 @@ def subject_value(
     return encode_value(ip)
 
 
-def owner_tag(*, tenant: str | None, ip: str | None, counts_tenant: bool) -> str:
+def owner_tag(tenant: str | None, ip: str | None, counts_tenant: bool) -> str:
     """Return the hash-tag owner of a decision (see the module docstring)."""
     if tenant:
         return "tenant:" + encode_value(tenant)

@@ -56,7 +56,6 @@ class LimiterCore:
 
     def prepare(
         self,
-        *,
         route: str | None,
         method: str | None,
         path: str | None,
@@ -94,6 +93,7 @@ class LimiterCore:
         return self.fail(engine, prepared, f"{type(exc).__name__}: {exc}")
 
     def store_answered(self) -> None:
+        """Record a good call (needed only once the breaker has seen a failure)."""
         if self.breaker.state is not BreakerState.CLOSED:
             logger.info("limiter.store_up: Redis answers again; circuit closed")
         self.breaker.succeeded()
@@ -150,20 +150,13 @@ class Limiter(LimiterCore):
         Charges every limit of the winning policy or none. Never raises for a
         Redis failure: the route's failure mode decides instead.
         """
-        engine, prepared = self.prepare(
-            route=route,
-            method=method,
-            path=path,
-            tenant=tenant,
-            user=user,
-            api_key=api_key,
-            ip=ip,
-        )
+        engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
         if not self.breaker.allow():
             return self.fail(engine, prepared, "circuit open")
         try:
             reply = self.bucket(prepared.keys, prepared.plan.args)
         except redis.RedisError as exc:
             return self.store_failed(engine, prepared, exc)
-        self.store_answered()
+        if self.breaker.troubled:
+            self.store_answered()
         return engine.decision(prepared, reply)

@@ -38,12 +38,8 @@ def test_encode_value__braces_long_or_unusual__hashed(value):
 
 
 def test_subject_value__api_key__never_written_in_clear():
-    value = subject_value(
-        Dimension.API_KEY, tenant=None, user=None, api_key="sk_live_abc", ip=None
-    )
-    again = subject_value(
-        Dimension.API_KEY, tenant=None, user=None, api_key="sk_live_abc", ip=None
-    )
+    value = subject_value(Dimension.API_KEY, None, None, "sk_live_abc", None)
+    again = subject_value(Dimension.API_KEY, None, None, "sk_live_abc", None)
     assert "sk_live_abc" not in value
     assert value.startswith("#")
     assert value == again  # one bucket per key
@@ -62,7 +58,7 @@ def test_subject_value__api_key__never_written_in_clear():
 def test_owner_tag__identity__tenant_then_shared_tenant_then_ip(
     tenant, ip, counts_tenant, expected
 ):
-    assert owner_tag(tenant=tenant, ip=ip, counts_tenant=counts_tenant) == expected
+    assert owner_tag(tenant, ip, counts_tenant) == expected
 
 
 def test_key_template__route_and_period__fills_owner_and_value():
