@@ -30,7 +30,7 @@ import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from limits.enforcement import (  # noqa: E402  (the path above makes the repo importable)
+from limits.enforcement import (  # importable thanks to the path above
     AsyncLimiter,
     Dimension,
     Limit,
@@ -40,8 +40,8 @@ from limits.enforcement import (  # noqa: E402  (the path above makes the repo i
     Rules,
     Snapshot,
 )
-from limits.enforcement.bucket import SCRIPT  # noqa: E402
-from limits.enforcement.bundle import fallback_snapshot  # noqa: E402
+from limits.enforcement.bucket import SCRIPT, connect, connect_async
+from limits.enforcement.bundle import fallback_snapshot
 
 KEYS = 10_000
 
@@ -139,7 +139,9 @@ async def run_async(call, requests: list[tuple[str, str]]) -> dict[str, float]:
 def sync_variants(url: str, snapshot: Snapshot):
     limiter = Limiter(url, snapshot, timeout=0.5)
     engine = limiter.engine()
-    raw_client = redis.Redis.from_url(url)
+    raw_client = connect(
+        url, timeout=0.5
+    )  # the same connection settings as the limiter's
     sha = raw_client.script_load(SCRIPT)
 
     def prepared(tenant: str, ip: str):
@@ -196,7 +198,7 @@ def bench_async(
 
     async def main() -> dict[str, list[dict[str, float]]]:
         limiter = AsyncLimiter(url, snapshot, timeout=0.5)
-        raw_client = redis.asyncio.Redis.from_url(url)
+        raw_client = connect_async(url, timeout=0.5)
         sha = await raw_client.script_load(SCRIPT)
 
         async def raw(tenant: str, ip: str) -> object:
@@ -236,8 +238,10 @@ def client_cpu(snapshot: Snapshot, ops: int) -> float:
     return (time.perf_counter() - began) / ops * 1e6
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):8.1f} [{min(values):.1f}–{max(values):.1f}]"
+def spread(values: list[float], digits: int = 1) -> str:
+    """Median [min .. max]."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:8.{digits}f} [{low:.{digits}f} .. {high:.{digits}f}]"
 
 
 def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
@@ -253,7 +257,7 @@ def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
         for r, c in zip(results["raw"], results["client"], strict=True)
     ]
     print(
-        f"  client / raw time per decision: {spread(ratios).replace('.1f', '')} (median [min–max])"
+        f"  client / raw time per decision: {spread(ratios, 2)} (median [min .. max])"
     )
 
 

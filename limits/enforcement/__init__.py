@@ -19,6 +19,7 @@ from .bundle import (
 from .decision import Decision, LimitStatus, Outcome
 from .errors import EnforcementError, SnapshotError
 from .failure import BreakerState, CircuitBreaker, LocalBuckets
+from .headers import error_response, rate_limit_headers, retry_after_seconds
 from .identity import Identity, TrustedProxies, client_ip
 from .limiter import Limiter
 from .resolver import Level, Resolution, Resolver, resolve
@@ -37,6 +38,7 @@ from .snapshot import (
     describe_limit,
     fallback_rules,
 )
+from .source import PollResult, SnapshotSource
 from .validation import Problem, validate_rules
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "Outcome",
     "PatternError",
     "Policy",
+    "PollResult",
     "Problem",
     "Resolution",
     "Resolver",
@@ -70,6 +73,7 @@ __all__ = [
     "Snapshot",
     "SnapshotError",
     "SnapshotProvider",
+    "SnapshotSource",
     "StaticSource",
     "TokenBucket",
     "TrustedProxies",
@@ -77,10 +81,13 @@ __all__ = [
     "connect",
     "connect_async",
     "describe_limit",
+    "error_response",
     "fallback_rules",
     "fallback_snapshot",
     "parse_bundle",
     "parse_path_pattern",
+    "rate_limit_headers",
     "resolve",
+    "retry_after_seconds",
     "validate_rules",
 ]
