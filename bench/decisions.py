@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -136,25 +137,20 @@ async def run_async(call, requests: list[tuple[str, str]]) -> dict[str, float]:
     return summary(latencies, (clock() - began) / 1e9)
 
 
-def sync_variants(url: str, snapshot: Snapshot):
-    limiter = Limiter(url, snapshot, timeout=0.5)
-    engine = limiter.engine()
-    raw_client = connect(
-        url, timeout=0.5
-    )  # the same connection settings as the limiter's
-    sha = raw_client.script_load(SCRIPT)
+def script_args(limiter: Limiter, requests: list[tuple[str, str]]) -> dict[Any, Any]:
+    """The keys and ARGV the limiter sends for each request: what the raw variant sends."""
+    args = {}
+    for tenant, ip in set(requests):
+        _, prepared = limiter.prepare("search", None, None, tenant, None, None, ip)
+        args[(tenant, ip)] = (prepared.keys, prepared.plan.args)
+    return args
 
-    def prepared(tenant: str, ip: str):
-        return engine.prepare(
-            route="search",
-            method=None,
-            path=None,
-            tenant=tenant,
-            user=None,
-            api_key=None,
-            ip=ip,
-            now=time.time(),
-        )
+
+def sync_variants(url: str, snapshot: Snapshot, requests: list[tuple[str, str]]):
+    limiter = Limiter(url, snapshot, timeout=0.5)
+    raw_client = connect(url, timeout=0.5)  # the limiter's connection settings
+    sha = raw_client.script_load(SCRIPT)
+    cache = script_args(limiter, requests)
 
     def raw(tenant: str, ip: str) -> object:
         keys, args = cache[(tenant, ip)]
@@ -163,23 +159,14 @@ def sync_variants(url: str, snapshot: Snapshot):
     def client(tenant: str, ip: str) -> object:
         return limiter.decide(route="search", tenant=tenant, ip=ip)
 
-    cache: dict[tuple[str, str], tuple[list[str], tuple[bytes, ...]]] = {}
-    return raw, client, prepared, cache
-
-
-def fill(cache, prepared, requests) -> None:
-    for tenant, ip in requests:
-        if (tenant, ip) not in cache:
-            p = prepared(tenant, ip)
-            cache[(tenant, ip)] = (p.keys, p.plan.args)
+    return raw, client
 
 
 def bench_sync(
     url, snapshot, scenario, ops, repeats
 ) -> dict[str, list[dict[str, float]]]:
-    raw, client, prepared, cache = sync_variants(url, snapshot)
     requests = requests_for(scenario, ops)
-    fill(cache, prepared, requests)
+    raw, client = sync_variants(url, snapshot, requests)
     run_sync(raw, requests[:500]), run_sync(client, requests[:500])  # warm up
     results: dict[str, list[dict[str, float]]] = {"raw": [], "client": []}
     for repeat in range(repeats):
@@ -192,9 +179,8 @@ def bench_sync(
 def bench_async(
     url, snapshot, scenario, ops, repeats
 ) -> dict[str, list[dict[str, float]]]:
-    _, _, prepared, cache = sync_variants(url, snapshot)
     requests = requests_for(scenario, ops)
-    fill(cache, prepared, requests)
+    cache = script_args(Limiter(url, snapshot), requests)
 
     async def main() -> dict[str, list[dict[str, float]]]:
         limiter = AsyncLimiter(url, snapshot, timeout=0.5)

@@ -160,13 +160,19 @@ def failover(
     retry_after: float,
 ) -> Decision:
     """Decide without Redis by the route's failure mode (see the module docstring)."""
-    mode = prepared.failure_mode
-    if mode is FailureMode.LOCAL:
+    if prepared.failure_mode is FailureMode.LOCAL:
         plan = engine.plan(prepared.plan.policy, prepared.cost, local.gateways)
         decision = engine.decision(prepared, local(prepared.keys, plan), plan=plan)
         outcome = decision.outcome if not decision.allowed else Outcome.LOCAL
         return _degrade(decision, outcome=outcome, error=error)
-    allowed = mode is FailureMode.OPEN
+    return _unchecked(engine, prepared, error=error, retry_after=retry_after)
+
+
+def _unchecked(
+    engine: Engine, prepared: Prepared, *, error: str, retry_after: float
+) -> Decision:
+    """Fail open (admit) or closed (503), by the route's mode; no bucket was consulted."""
+    allowed = prepared.failure_mode is FailureMode.OPEN
     return Decision(
         allowed=allowed,
         status=200 if allowed else 503,

@@ -125,14 +125,26 @@ def error_response(
 ) -> Response:
     """The 429 (rate limited) or 503 (limiter unavailable) answer to a rejected request."""
     seconds = retry_after_seconds(decision, jitter=jitter, rng=rng)
+    headers = [
+        ("Content-Type", "application/problem+json"),
+        ("Retry-After", str(seconds)),
+        *rate_limit_headers(decision, github=github, wall=wall),
+    ]
+    body = json.dumps(_problem(decision, seconds)).encode()
+    return Response(decision.status, headers, body)
+
+
+def _problem(decision: Decision, seconds: int) -> dict[str, object]:
+    """The problem+json body, with the plain ``error``/``message`` members as well."""
     violated = [s.name for s in decision.violated]
     if decision.status == 503:
         problem, code = PROBLEM_REDUCED_CAPACITY, "limiter_unavailable"
         message = f"The rate limiter is unavailable; retry in {seconds} s."
     else:
         problem, code = PROBLEM_QUOTA_EXCEEDED, "rate_limited"
-        message = f"Rate limit exceeded ({', '.join(violated) or 'quota'}); retry in {seconds} s."
-    body = {
+        named = ", ".join(violated) or "quota"
+        message = f"Rate limit exceeded ({named}); retry in {seconds} s."
+    return {
         "type": problem,
         "title": HTTPStatus(decision.status).phrase,
         "status": decision.status,
@@ -142,9 +154,3 @@ def error_response(
         "retry_after_seconds": seconds,
         "violated-policies": violated,
     }
-    headers = [
-        ("Content-Type", "application/problem+json"),
-        ("Retry-After", str(seconds)),
-        *rate_limit_headers(decision, github=github, wall=wall),
-    ]
-    return Response(decision.status, headers, json.dumps(body).encode())
