@@ -13,6 +13,7 @@ SLUICE_GATEWAY_TOKEN        (empty)                                    gateway t
 SLUICE_GATEWAY_ID           the host name                              reported in Sluice-Gateway-Id
 SLUICE_REDIS_URL            redis://127.0.0.1:6379/0                   Redis for the buckets
 SLUICE_REDIS_CLUSTER        0                                          1: the URL is a Redis Cluster node
+SLUICE_REDIS_TIMEOUT        0.005                                      seconds per Redis call
 SLUICE_SNAPSHOT_CACHE       .sluice/gateway-<id>.json                  last good rules on disk
 SLUICE_POLL_INTERVAL        5                                          seconds between polls
 SLUICE_TRUSTED_PROXIES      (empty)                                    comma-separated proxy addresses
@@ -122,7 +123,9 @@ def build(env: Mapping[str, str]) -> Gateway:
     )
     cluster = env.get("SLUICE_REDIS_CLUSTER", "0") == "1"
     client = connect(
-        env.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"), cluster=cluster
+        env.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        timeout=float(env.get("SLUICE_REDIS_TIMEOUT", "0.005")),
+        cluster=cluster,
     )
     limiter = Limiter(client, source)
     proxies = [p for p in env.get("SLUICE_TRUSTED_PROXIES", "").split(",") if p.strip()]
