@@ -7,7 +7,7 @@ PORT ?= 8000
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
-.PHONY: install run test check lint format bench clean
+.PHONY: install run test check lint format bench gateway clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ check: install
 
 test: check
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The demo gateway: sample backends behind the enforcement client. Its settings
+# (control plane URL, gateway token, Redis...) are SLUICE_* environment variables: see gateway/demo.py.
+gateway: install
+	$(PY) -m gateway.demo
+
+# Decisions per second and latency of the client next to a raw EVALSHA (starts its own redis-server).
+bench: install
+	$(PY) bench/decisions.py
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -92,3 +92,86 @@ class RedisServer:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+@dataclass
+class RedisClusterServers:
+    """A real Redis Cluster of ``masters`` redis-server processes on 127.0.0.1, no replicas."""
+
+    masters: int = 3
+    nodes: list[RedisServer] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> RedisClusterServers:
+        for _ in range(self.masters):
+            node = RedisServer(
+                port=free_cluster_port(),
+                extra=(
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ),
+            )
+            self.nodes.append(node.start())
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+        )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        """Wait until every node reports the cluster ok with every slot assigned."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            client = redis.Redis(port=node.port)
+            try:
+                while True:
+                    info = client.cluster("INFO")
+                    if (
+                        info.get("cluster_state") == "ok"
+                        and int(info.get("cluster_slots_ok", 0)) == 16384
+                    ):
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"Redis Cluster not ready: {info}")
+                    time.sleep(0.05)
+            finally:
+                client.close()
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+        self.nodes.clear()

@@ -7,7 +7,21 @@ the ones the control plane publishes and explains with.
 
 from __future__ import annotations
 
+from .aio import AsyncLimiter
+from .bucket import AsyncTokenBucket, TokenBucket, connect, connect_async
+from .bundle import (
+    Bundle,
+    SnapshotProvider,
+    StaticSource,
+    fallback_snapshot,
+    parse_bundle,
+)
+from .decision import Decision, LimitStatus, Outcome
 from .errors import EnforcementError, SnapshotError
+from .failure import BreakerState, CircuitBreaker, LocalBuckets
+from .headers import error_response, rate_limit_headers, retry_after_seconds
+from .identity import Identity, TrustedProxies, client_ip
+from .limiter import Limiter
 from .resolver import Level, Resolution, Resolver, resolve
 from .routing import PatternError, RouteTable, parse_path_pattern
 from .snapshot import (
@@ -24,18 +38,31 @@ from .snapshot import (
     describe_limit,
     fallback_rules,
 )
+from .source import PollResult, SnapshotSource
 from .validation import Problem, validate_rules
 
 __all__ = [
     "ALL_ROUTES",
     "DEFAULT_SCOPE",
+    "AsyncLimiter",
+    "AsyncTokenBucket",
+    "BreakerState",
+    "Bundle",
+    "CircuitBreaker",
+    "Decision",
     "Dimension",
     "EnforcementError",
     "FailureMode",
+    "Identity",
     "Level",
     "Limit",
+    "LimitStatus",
+    "Limiter",
+    "LocalBuckets",
+    "Outcome",
     "PatternError",
     "Policy",
+    "PollResult",
     "Problem",
     "Resolution",
     "Resolver",
@@ -45,9 +72,22 @@ __all__ = [
     "ScopeKind",
     "Snapshot",
     "SnapshotError",
+    "SnapshotProvider",
+    "SnapshotSource",
+    "StaticSource",
+    "TokenBucket",
+    "TrustedProxies",
+    "client_ip",
+    "connect",
+    "connect_async",
     "describe_limit",
+    "error_response",
     "fallback_rules",
+    "fallback_snapshot",
+    "parse_bundle",
     "parse_path_pattern",
+    "rate_limit_headers",
     "resolve",
+    "retry_after_seconds",
     "validate_rules",
 ]

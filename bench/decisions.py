@@ -1,0 +1,291 @@
+"""Decisions per second and latency of the enforcement client, next to a raw EVALSHA.
+
+Starts its own redis-server on a free loopback port, then for each scenario
+(a random key among 10k, one hot key) and each API (sync, asyncio) runs A B A B
+interleaved blocks: A is a bare redis-py ``evalsha`` of the same script with
+the same keys and arguments, B is ``Limiter.decide``. Prints figures; never
+asserts anything. Usage (see docs/benchmarks.md)::
+
+    .venv/bin/python bench/decisions.py [--ops 4000] [--repeats 5] [--redis-cpu 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from limits.enforcement import (  # importable thanks to the path above
+    AsyncLimiter,
+    Dimension,
+    Limit,
+    Limiter,
+    Policy,
+    Route,
+    Rules,
+    Snapshot,
+)
+from limits.enforcement.bucket import SCRIPT, connect, connect_async
+from limits.enforcement.bundle import fallback_snapshot
+
+KEYS = 10_000
+
+
+def start_redis(cpu: int | None) -> tuple[subprocess.Popen[bytes], int, str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    workdir = tempfile.mkdtemp(prefix="sluice-bench-")
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
+    command += ["--save", "", "--appendonly", "no", "--dir", workdir]
+    if cpu is not None:
+        command = ["taskset", "-c", str(cpu), *command]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    for _ in range(500):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.01)
+    return process, port, workdir
+
+
+def bench_rules() -> Snapshot:
+    """A realistic policy: per tenant and per IP, admitting everything the bench sends."""
+    limits = (
+        Limit(Dimension.TENANT, 10_000_000, 1, 10_000_000),
+        Limit(Dimension.IP, 10_000_000, 1, 10_000_000),
+    )
+    base = fallback_snapshot()
+    rules = Rules(
+        tiers={"pro": "Pro"},
+        tenants={f"t{i}": "pro" for i in range(KEYS)},
+        routes={"search": Route("search", ("GET",), "/v1/search")},
+        policies=(Policy("default", "*", limits), Policy("tier:pro", "search", limits)),
+    )
+    return Snapshot.build(
+        version=1,
+        parent=None,
+        published_at=base.published_at,
+        effective_at=base.published_at,
+        rules=rules,
+    )
+
+
+def requests_for(scenario: str, count: int) -> list[tuple[str, str]]:
+    rng = random.Random(7)
+    if scenario == "hot key":
+        return [("t1", "10.0.0.1")] * count
+    return [
+        (f"t{rng.randrange(KEYS)}", f"10.{rng.randrange(40)}.0.1") for _ in range(count)
+    ]
+
+
+def summary(latencies_ns: list[int], seconds: float) -> dict[str, float]:
+    ordered = sorted(latencies_ns)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
+
+    return {
+        "per_s": len(ordered) / seconds,
+        "p50": pick(0.50),
+        "p99": pick(0.99),
+        "p999": pick(0.999),
+        "mean": seconds / len(ordered) * 1e6,
+    }
+
+
+def run_sync(
+    call: Callable[[str, str], object], requests: list[tuple[str, str]]
+) -> dict[str, float]:
+    latencies = []
+    clock = time.perf_counter_ns
+    began = clock()
+    for tenant, ip in requests:
+        t0 = clock()
+        call(tenant, ip)
+        latencies.append(clock() - t0)
+    return summary(latencies, (clock() - began) / 1e9)
+
+
+async def run_async(call, requests: list[tuple[str, str]]) -> dict[str, float]:
+    latencies = []
+    clock = time.perf_counter_ns
+    began = clock()
+    for tenant, ip in requests:
+        t0 = clock()
+        await call(tenant, ip)
+        latencies.append(clock() - t0)
+    return summary(latencies, (clock() - began) / 1e9)
+
+
+def script_args(limiter: Limiter, requests: list[tuple[str, str]]) -> dict[Any, Any]:
+    """The keys and ARGV the limiter sends for each request: what the raw variant sends."""
+    args = {}
+    for tenant, ip in set(requests):
+        _, prepared = limiter.prepare("search", None, None, tenant, None, None, ip)
+        args[(tenant, ip)] = (prepared.keys, prepared.plan.args)
+    return args
+
+
+def sync_variants(url: str, snapshot: Snapshot, requests: list[tuple[str, str]]):
+    limiter = Limiter(url, snapshot, timeout=0.5)
+    raw_client = connect(url, timeout=0.5)  # the limiter's connection settings
+    sha = raw_client.script_load(SCRIPT)
+    cache = script_args(limiter, requests)
+
+    def raw(tenant: str, ip: str) -> object:
+        keys, args = cache[(tenant, ip)]
+        return raw_client.evalsha(sha, len(keys), *keys, *args)
+
+    def client(tenant: str, ip: str) -> object:
+        return limiter.decide(route="search", tenant=tenant, ip=ip)
+
+    return raw, client
+
+
+def bench_sync(
+    url, snapshot, scenario, ops, repeats
+) -> dict[str, list[dict[str, float]]]:
+    requests = requests_for(scenario, ops)
+    raw, client = sync_variants(url, snapshot, requests)
+    run_sync(raw, requests[:500]), run_sync(client, requests[:500])  # warm up
+    results: dict[str, list[dict[str, float]]] = {"raw": [], "client": []}
+    for repeat in range(repeats):
+        order = [("raw", raw), ("client", client)]
+        for name, call in order if repeat % 2 == 0 else reversed(order):
+            results[name].append(run_sync(call, requests))
+    return results
+
+
+def bench_async(
+    url, snapshot, scenario, ops, repeats
+) -> dict[str, list[dict[str, float]]]:
+    requests = requests_for(scenario, ops)
+    cache = script_args(Limiter(url, snapshot), requests)
+
+    async def main() -> dict[str, list[dict[str, float]]]:
+        limiter = AsyncLimiter(url, snapshot, timeout=0.5)
+        raw_client = connect_async(url, timeout=0.5)
+        sha = await raw_client.script_load(SCRIPT)
+
+        async def raw(tenant: str, ip: str) -> object:
+            keys, args = cache[(tenant, ip)]
+            return await raw_client.evalsha(sha, len(keys), *keys, *args)
+
+        async def client(tenant: str, ip: str) -> object:
+            return await limiter.decide(route="search", tenant=tenant, ip=ip)
+
+        await run_async(raw, requests[:500]), await run_async(client, requests[:500])
+        results: dict[str, list[dict[str, float]]] = {"raw": [], "client": []}
+        for repeat in range(repeats):
+            order = [("raw", raw), ("client", client)]
+            for name, call in order if repeat % 2 == 0 else reversed(order):
+                results[name].append(await run_async(call, requests))
+        await raw_client.aclose()
+        await limiter.aclose()
+        return results
+
+    return asyncio.run(main())
+
+
+def client_cpu(snapshot: Snapshot, ops: int) -> float:
+    """µs of client work per decision with Redis replaced by a canned reply."""
+    limiter = Limiter("redis://127.0.0.1:1", snapshot)
+    reply = [1, 1, 1_000, 1, 1_000]
+    requests = requests_for("random key", ops)
+    for (
+        tenant,
+        ip,
+    ) in requests:  # warm the resolution cache, as a running gateway has it
+        limiter.prepare("search", None, None, tenant, None, None, ip)
+    began = time.perf_counter()
+    for tenant, ip in requests:
+        engine, prepared = limiter.prepare("search", None, None, tenant, None, None, ip)
+        engine.decision(prepared, reply)
+    return (time.perf_counter() - began) / ops * 1e6
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    """Median [min .. max]."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:8.{digits}f} [{low:.{digits}f} .. {high:.{digits}f}]"
+
+
+def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
+    print(f"\n{title}")
+    print(
+        f"  {'variant':7} {'decisions/s':>26} {'p50 µs':>24} {'p99 µs':>24} {'p99.9 µs':>26}"
+    )
+    for name, runs in results.items():
+        cells = [spread([r[k] for r in runs]) for k in ("per_s", "p50", "p99", "p999")]
+        print(f"  {name:7} {cells[0]:>26} {cells[1]:>24} {cells[2]:>24} {cells[3]:>26}")
+    ratios = [
+        c["mean"] / r["mean"]
+        for r, c in zip(results["raw"], results["client"], strict=True)
+    ]
+    print(
+        f"  client / raw time per decision: {spread(ratios, 2)} (median [min .. max])"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ops", type=int, default=4000, help="decisions per block")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="A/B pairs per scenario (≥ 3)"
+    )
+    parser.add_argument(
+        "--redis-cpu", type=int, default=None, help="pin redis-server to this CPU"
+    )
+    options = parser.parse_args()
+    if shutil.which("redis-server") is None:
+        sys.exit("redis-server is not installed")
+    process, port, workdir = start_redis(options.redis_cpu)
+    url = f"redis://127.0.0.1:{port}/0"
+    snapshot = bench_rules()
+    try:
+        print(
+            f"python {sys.version.split()[0]}, redis-py {redis.__version__}, pid {os.getpid()}"
+        )
+        print(
+            f"cpus allowed: {sorted(os.sched_getaffinity(0))}; ops per block {options.ops}"
+        )
+        print(
+            f"client CPU per decision (no Redis): {client_cpu(snapshot, options.ops):.1f} µs"
+        )
+        for scenario in ("random key", "hot key"):
+            report(
+                f"sync, {scenario}",
+                bench_sync(url, snapshot, scenario, options.ops, options.repeats),
+            )
+            report(
+                f"asyncio, {scenario}",
+                bench_async(url, snapshot, scenario, options.ops, options.repeats),
+            )
+    finally:
+        process.terminate()
+        process.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

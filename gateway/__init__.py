@@ -1,0 +1,1 @@
+"""A demo API gateway: sample backends behind Sluice's enforcement client (``gateway.demo``)."""

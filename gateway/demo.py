@@ -1,0 +1,176 @@
+"""Demo gateway: sample Orders, Search and Reports backends behind the Sluice middleware.
+
+Run ``make gateway`` (or ``python -m gateway.demo``). It polls the control
+plane's snapshot endpoint for its rules (``limits.enforcement.SnapshotSource``),
+decides every request in Redis, and answers 429 with RateLimit headers once a
+tenant is over its limit. Configuration, all from the environment:
+
+=========================== ========================================== ==============================
+variable                    default                                    meaning
+=========================== ========================================== ==============================
+SLUICE_CONTROL_PLANE_URL    http://127.0.0.1:8000                      control plane base URL
+SLUICE_GATEWAY_TOKEN        (empty)                                    gateway token (Bearer)
+SLUICE_GATEWAY_ID           the host name                              reported in Sluice-Gateway-Id
+SLUICE_REDIS_URL            redis://127.0.0.1:6379/0                   Redis for the buckets
+SLUICE_REDIS_CLUSTER        0                                          1: the URL is a Redis Cluster node
+SLUICE_REDIS_TIMEOUT        0.005                                      seconds per Redis call
+SLUICE_SNAPSHOT_CACHE       .sluice/gateway-<id>.json                  last good rules on disk
+SLUICE_POLL_INTERVAL        5                                          seconds between polls
+SLUICE_TRUSTED_PROXIES      (empty)                                    comma-separated proxy addresses
+SLUICE_GATEWAY_HOST / PORT  127.0.0.1 / 8080                           where the gateway listens
+=========================== ========================================== ==============================
+
+Callers identify themselves with ``X-Tenant``, ``X-User`` and ``X-Api-Key``
+headers (a real gateway would derive them from its authentication).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from limits.enforcement import Identity, Limiter, SnapshotSource, connect
+from limits.enforcement.wsgi import RateLimitMiddleware
+
+__all__ = ["Gateway", "backends", "build", "identify", "main"]
+
+logger = logging.getLogger("gateway.demo")
+SNAPSHOT_PATH = "/api/v1/snapshot"
+
+
+def identify(environ: dict[str, Any]) -> Identity:
+    """The caller, from demo headers."""
+    return Identity(
+        tenant=environ.get("HTTP_X_TENANT") or None,
+        user=environ.get("HTTP_X_USER") or None,
+        api_key=environ.get("HTTP_X_API_KEY") or None,
+    )
+
+
+def _json(start_response: Callable[..., Any], status: str, data: Any) -> list[bytes]:
+    body = json.dumps(data).encode()
+    start_response(
+        status,
+        [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
+    )
+    return [body]
+
+
+_ORDER = re.compile(r"^/v1/orders/([^/]+)$")
+_EXPORT = re.compile(r"^/v1/reports/([^/]+)/export$")
+
+
+def backends(
+    environ: dict[str, Any], start_response: Callable[..., Any]
+) -> Iterable[bytes]:
+    """The sample services the gateway fronts: search, orders, reports."""
+    method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "/")
+    tenant = environ.get("HTTP_X_TENANT", "anonymous")
+    if path == "/v1/search" and method == "GET":
+        query = environ.get("QUERY_STRING", "")
+        return _json(
+            start_response, "200 OK", {"query": query, "results": ["widget", "gadget"]}
+        )
+    if path == "/v1/orders" and method == "GET":
+        return _json(start_response, "200 OK", {"tenant": tenant, "orders": [1, 2, 3]})
+    if path == "/v1/orders" and method == "POST":
+        return _json(
+            start_response,
+            "201 Created",
+            {"tenant": tenant, "order": 4, "status": "placed"},
+        )
+    if (match := _ORDER.match(path)) and method == "GET":
+        return _json(
+            start_response, "200 OK", {"order": match.group(1), "status": "shipped"}
+        )
+    if (match := _EXPORT.match(path)) and method == "POST":
+        return _json(
+            start_response,
+            "202 Accepted",
+            {"report": match.group(1), "export": "queued"},
+        )
+    return _json(start_response, "404 Not Found", {"error": "not_found", "path": path})
+
+
+@dataclass
+class Gateway:
+    """The assembled gateway: the WSGI app, and the source and limiter behind it."""
+
+    app: RateLimitMiddleware
+    source: SnapshotSource
+    limiter: Limiter
+
+
+def build(env: Mapping[str, str]) -> Gateway:
+    """Assemble the gateway from ``env`` (see the module docstring); nothing starts yet."""
+    gateway_id = env.get("SLUICE_GATEWAY_ID") or socket.gethostname()
+    base = env.get("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8000").rstrip("/")
+    source = SnapshotSource(
+        base + SNAPSHOT_PATH,
+        env.get("SLUICE_GATEWAY_TOKEN", ""),
+        gateway_id=gateway_id,
+        cache_path=env.get("SLUICE_SNAPSHOT_CACHE")
+        or f".sluice/gateway-{gateway_id}.json",
+        interval=float(env.get("SLUICE_POLL_INTERVAL", "5")),
+    )
+    cluster = env.get("SLUICE_REDIS_CLUSTER", "0") == "1"
+    client = connect(
+        env.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        timeout=float(env.get("SLUICE_REDIS_TIMEOUT", "0.005")),
+        cluster=cluster,
+    )
+    limiter = Limiter(client, source)
+    proxies = [p for p in env.get("SLUICE_TRUSTED_PROXIES", "").split(",") if p.strip()]
+    app = RateLimitMiddleware(
+        backends,
+        limiter,
+        identify=identify,
+        trusted_proxies=proxies,
+        github_headers=True,
+    )
+    return Gateway(app, source, limiter)
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.info("%s %s", self.address_string(), format % args)
+
+
+def serve(gateway: Gateway, host: str, port: int) -> WSGIServer:
+    """A threaded stdlib WSGI server for ``gateway`` (call ``serve_forever``)."""
+    return make_server(host, port, gateway.app, _ThreadingServer, _QuietHandler)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    gateway = build(os.environ)
+    gateway.source.start()
+    host = os.environ.get("SLUICE_GATEWAY_HOST", "127.0.0.1")
+    port = int(os.environ.get("SLUICE_GATEWAY_PORT", "8080"))
+    server = serve(gateway, host, port)
+    print(
+        f"Sluice demo gateway on http://{host}:{port}/v1/search  (rules from {gateway.source.url})"
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        gateway.source.stop()
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
