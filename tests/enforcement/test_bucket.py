@@ -62,13 +62,14 @@ def test_script__with_a_replica__replicates_the_effects_of_time(redis_server):
     try:
         limiter = Limiter(
             primary.url,
-            snapshot(rules(policy("default", "*", limit("ip", 5, 1, 5)))),
+            snapshot(rules(policy("default", "*", limit("ip", 5, 3600, 5)))),
             timeout=1.0,
         )
         on_primary = redis.Redis.from_url(primary.url)
         on_replica = redis.Redis.from_url(replica.url)
         _wait_for_link(on_primary)
-        # When a decision writes a bucket computed from TIME
+        # When a decision writes a bucket computed from TIME (an hour-long window, so
+        # the key cannot expire while a loaded machine runs the test)
         key = limiter.decide(route="search", ip="10.0.0.1").deciding.key
         assert on_primary.wait(1, 5000) == 1
         # Then the replica holds exactly the primary's value and expiry
