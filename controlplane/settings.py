@@ -154,6 +154,9 @@ EMAIL_BACKEND = os.environ.get(
 )
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sluice@localhost")
 
+#: Seconds between two runs of the beat task that activates scheduled snapshots.
+SLUICE_ACTIVATION_INTERVAL = env_int("SLUICE_ACTIVATION_INTERVAL", 5)
+
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")
 

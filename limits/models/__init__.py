@@ -4,5 +4,7 @@ from .audit import *  # noqa: F403
 from .audit import __all__ as _audit
 from .rules import *  # noqa: F403
 from .rules import __all__ as _rules
+from .snapshots import *  # noqa: F403
+from .snapshots import __all__ as _snapshots
 
-__all__ = [*_rules, *_audit]
+__all__ = [*_rules, *_audit, *_snapshots]
