@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
+
 from limits.changes import (
     Change,
     FieldChange,
@@ -36,8 +38,19 @@ from limits.changes import (
 from limits.choices import ChangeKind
 from limits.enforcement.snapshot import Policy, Rules
 from limits.impact import Reach
+from limits.models import Snapshot
 
-__all__ = ["Change", "FieldChange", "LimitChange", "RulesDiff", "rules_diff"]
+__all__ = [
+    "ACTIVE",
+    "WORKING_COPY",
+    "Change",
+    "FieldChange",
+    "LimitChange",
+    "RulesDiff",
+    "rules_diff",
+    "rules_of",
+    "snapshot_diff",
+]
 
 EMPTY_RULES = Rules(tiers={}, tenants={}, routes={}, policies=())
 
@@ -136,3 +149,34 @@ def _summarise(changes: list[Change], reach: Reach) -> RulesDiff:
         affected_tenants=tuple(sorted(tenants)),
         anonymous=any(change.affected.anonymous for change in changes),
     )
+
+
+#: Names :func:`snapshot_diff` accepts besides version numbers.
+ACTIVE, WORKING_COPY = "active", "working"
+
+
+def snapshot_diff(
+    *, old: int | str = ACTIVE, new: int | str = WORKING_COPY
+) -> RulesDiff:
+    """Diff two versions by number, or ``"active"`` and ``"working"`` (the working copy).
+
+    Raise ValidationError for a version that does not exist.
+    """
+    return rules_diff(rules_of(old), rules_of(new) or EMPTY_RULES)
+
+
+def rules_of(ref: int | str) -> Rules | None:
+    """The rules a diff side names; None for "active" before the first publish."""
+    from limits.compiling import rules_compile
+    from limits.publishing import snapshot_rules
+    from limits.selectors import snapshot_get_active
+
+    if ref == WORKING_COPY:
+        return rules_compile()
+    if ref == ACTIVE:
+        row = snapshot_get_active(light=True)
+    else:
+        row = Snapshot.objects.defer("content_gzip", "diff").filter(version=ref).first()
+        if row is None:
+            raise ValidationError(f"There is no version {ref}.")
+    return snapshot_rules(row) if row else None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,7 +17,7 @@ from limits.audit import Actor
 from limits.choices import AuditAction, Dimension, ScopeKind
 from limits.compiling import rules_compile
 from limits.enforcement import Snapshot as SnapshotDocument
-from limits.models import AuditEntry, Limit, Policy, Route, Snapshot
+from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tier
 from limits.models.snapshots import SnapshotStatus
 from limits.publishing import (
     InvalidRules,
@@ -43,7 +45,8 @@ def test_snapshot_publish__first_version__stored_with_bytes_gzip_hash_and_active
     # Then version 1 is active, and its bytes are the canonical document with its hash
     document = SnapshotDocument.from_bytes(bytes(row.content))
     assert (row.version, row.parent_version, document.version) == (1, None, 1)
-    assert document.hash == row.hash and row.etag == f'"{row.hash}"'
+    assert document.hash == row.hash
+    assert row.etag == f'"{row.hash}"'
     assert gzip.decompress(bytes(row.content_gzip)) == bytes(row.content)
     assert document.rules.digest() == rules_compile().digest()
     assert row.rules_digest == rules_compile().digest()
@@ -322,3 +325,44 @@ def test_publish_command__invalid_rules__fails_naming_the_object(rules):
 def test_publish_command__scheduled__says_when(rules, capsys):
     call_command("publish", "-m", "later", "--effective-at", "2999-01-01T00:00:00Z")
     assert "effective at 2999-01-01 00:00:00 UTC" in capsys.readouterr().out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_snapshot_publish__concurrent_threads__consecutive_versions_nothing_lost():
+    # Given one tier per thread, each renamed then published, three rounds at once
+    default_policy()
+    threads = 4
+    for n in range(threads):
+        TierFactory(slug=f"t{n}", name="start")
+    barrier, failures = threading.Barrier(threads), []
+
+    def edit_and_publish(n: int) -> None:
+        try:
+            for round_ in range(3):
+                barrier.wait(timeout=30)
+                Tier.objects.filter(slug=f"t{n}").update(name=f"round {round_}")
+                # NothingToPublish: another thread's publish already carried this edit
+                with contextlib.suppress(NothingToPublish):
+                    snapshot_publish(actor=SYSTEM, message=f"t{n} round {round_}")
+        except Exception as exc:  # reported below, with its thread
+            failures.append((n, exc))
+        finally:
+            connection.close()
+
+    # When they run concurrently
+    workers = [
+        threading.Thread(target=edit_and_publish, args=(n,)) for n in range(threads)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    # Then no publish failed, versions are 1..N with each replacing the one before,
+    # and the latest carries every thread's last edit
+    assert failures == []
+    rows = list(Snapshot.objects.order_by("version"))
+    assert [row.version for row in rows] == list(range(1, len(rows) + 1))
+    assert [row.parent_version for row in rows] == [None, *range(1, len(rows))]
+    latest = SnapshotDocument.from_bytes(bytes(rows[-1].content))
+    assert latest.rules.tiers == {f"t{n}": "round 2" for n in range(threads)}
+    assert AuditEntry.objects.filter(action=AuditAction.PUBLISH).count() == len(rows)
