@@ -61,7 +61,8 @@ class InvalidRules(ValidationError):
 
 
 class NothingToPublish(ValidationError):
-    """The rules are those of the version they would replace."""
+    """The rules are those of the version they would replace, and no scheduled
+    version would be superseded (cancelling one is a change worth publishing)."""
 
     def __init__(self, version: int) -> None:
         super().__init__(
@@ -133,7 +134,8 @@ def snapshot_store(
     now = timezone.now()
     published_at, effective = _times(now, effective_at)
     parent = _parent(effective)
-    if parent is not None and parent.rules_digest == rules.digest():
+    unchanged = parent is not None and parent.rules_digest == rules.digest()
+    if unchanged and not _doomed(effective).exists():  # superseding is a change
         raise NothingToPublish(parent.version)
     row = _snapshot_row(
         rules, parent, published_at, effective, message=_message(message)
@@ -261,15 +263,18 @@ def _snapshot_row(rules, parent, published_at, effective, *, message):
 
 def _supersede(row: models.Snapshot, now: datetime) -> list[int]:
     """Scheduled versions that would take effect no sooner than ``row`` never will."""
-    doomed = models.Snapshot.objects.filter(
-        activated_at__isnull=True,
-        superseded_at__isnull=True,
-        version__lt=row.version,
-        effective_at__gte=row.effective_at,
-    )
+    doomed = _doomed(row.effective_at).filter(version__lt=row.version)
     versions = sorted(doomed.values_list("version", flat=True))
     doomed.update(superseded_at=now, superseded_by=row.version)
     return versions
+
+
+def _doomed(effective: datetime):
+    return models.Snapshot.objects.filter(
+        activated_at__isnull=True,
+        superseded_at__isnull=True,
+        effective_at__gte=effective,
+    )
 
 
 def _audited(row: models.Snapshot, superseded: list[int]) -> dict:

@@ -121,6 +121,22 @@ def test_snapshot_rollback__scheduled_version_pending__superseded(
     assert Snapshot.objects.get(version=3).superseded_by == v4.version == 4
 
 
+def test_snapshot_rollback__to_active_version__cancels_scheduled_one(
+    two_versions, publisher
+):
+    # Given version 2 active and version 3 scheduled for tomorrow
+    Route.objects.filter(slug="export").update(cost=4)
+    snapshot_publish(
+        actor=publisher, message="v3", effective_at=timezone.now() + timedelta(days=1)
+    )
+    # When rolling back to 2, the active content
+    v4 = snapshot_rollback(actor=publisher, version=2, message="cancel v3")
+    # Then version 4 repeats 2 and version 3 never takes effect
+    assert (v4.parent_version, v4.diff["changes"]) == (2, [])
+    assert Snapshot.objects.get(version=3).superseded_by == 4
+    assert Route.objects.get(slug="export").cost == 3
+
+
 def test_snapshot_rollback__unknown_version__refused(rules, publisher):
     with pytest.raises(ValidationError, match="no version 9"):
         snapshot_rollback(actor=publisher, version=9, message="?")
