@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from django.db.models import QuerySet, Subquery
+from django.db.models.fields.json import KeyTransform
 
 from limits.enforcement import snapshot
 from limits.models import Snapshot
@@ -44,7 +45,7 @@ def snapshot_scheduled() -> QuerySet[Snapshot]:
 
 def snapshot_list() -> QuerySet[Snapshot]:
     """Every version, newest first, without its bytes, annotated with ``active_version``
-    so that ``row.status(row.active_version)`` costs no query."""
+    (so that ``row.status(row.active_version)`` costs no query) and ``change_counts``."""
     active = (
         Snapshot.objects.filter(activated_at__isnull=False)
         .order_by("-version")
@@ -52,7 +53,10 @@ def snapshot_list() -> QuerySet[Snapshot]:
     )
     return (
         Snapshot.objects.defer(*_HEAVY)
-        .annotate(active_version=Subquery(active))
+        .annotate(
+            active_version=Subquery(active),
+            change_counts=KeyTransform("counts", "diff"),
+        )
         .order_by("-version")
     )
 
