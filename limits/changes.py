@@ -15,7 +15,7 @@ from typing import Any
 from limits.choices import ChangeKind
 from limits.enforcement.snapshot import Limit, Policy, Route, Rules, describe_limit
 from limits.enforcement.validation import policy_ref
-from limits.impact import Affected, Reach, compare_limit, compare_limits, worst
+from limits.impact import Affected, Reach, bucket_kind, compare_limits
 
 __all__ = [
     "Change",
@@ -200,47 +200,43 @@ def policy_change(
 
 def _policy_added(policy: Policy, reach: Reach, new: Rules) -> Change:
     before = reach.old.probe.policy_for(policy.scope, policy.route)
-    direction = None
-    if before is not None:  # None: the first version, nothing to compare with
-        direction = compare_limits(
-            before.limits, policy.limits, route_cost=_route_cost(new, policy)
-        )
-    limits = tuple(
-        LimitChange(lim.dimension, lim.period, ChangeKind.NEW, None, lim)
-        for lim in _sorted(policy.limits)
-    )
-    said = "; ".join(describe_limit(lim.after) for lim in limits)
+    said = "; ".join(describe_limit(lim) for lim in _sorted(policy.limits))
     text = f"new policy {policy.describe()}: {said}"
-    if before is not None:
+    if before is not None:  # None: the first version, nothing to compare with
         text += f" (instead of {before.describe()})"
-    return Change(
-        "policy",
-        policy_ref(policy),
-        ChangeKind.NEW,
-        text,
-        reach.policy(policy),
-        limits=limits,
-        direction=direction,
-    )
+    return _whole_policy(ChangeKind.NEW, policy, before, policy, text, reach, new)
 
 
 def _policy_removed(policy: Policy, reach: Reach, new: Rules) -> Change:
     after = reach.new.probe.policy_for(policy.scope, policy.route)
-    direction = compare_limits(
-        policy.limits, after.limits, route_cost=_route_cost(new, policy)
-    )
-    limits = tuple(
-        LimitChange(lim.dimension, lim.period, ChangeKind.REMOVED, lim, None)
-        for lim in _sorted(policy.limits)
-    )
-    said = "; ".join(describe_limit(lim.before) for lim in limits)
+    said = "; ".join(describe_limit(lim) for lim in _sorted(policy.limits))
     text = (
         f"{policy.describe()} removed (was {said}); {after.describe()} applies instead"
+    )
+    return _whole_policy(ChangeKind.REMOVED, policy, policy, after, text, reach, new)
+
+
+def _whole_policy(kind, policy, before, after, text, reach, new) -> Change:
+    """A policy that appears or goes, its direction judged against what it replaces."""
+    direction = None
+    if before is not None:
+        cost = _route_cost(new, policy)
+        direction = compare_limits(before.limits, after.limits, route_cost=cost)
+    new_ = kind == ChangeKind.NEW
+    limits = tuple(
+        LimitChange(
+            lim.dimension,
+            lim.period,
+            kind,
+            None if new_ else lim,
+            lim if new_ else None,
+        )
+        for lim in _sorted(policy.limits)
     )
     return Change(
         "policy",
         policy_ref(policy),
-        ChangeKind.REMOVED,
+        kind,
         text,
         reach.policy(policy),
         limits=limits,
@@ -269,19 +265,10 @@ def _limit_changes(
         )
         changes.append(
             LimitChange(
-                key[0], key[1], _bucket_kind(before, after, cost), before, after, fields
+                key[0], key[1], bucket_kind(before, after, cost), before, after, fields
             )
         )
     return tuple(changes)
-
-
-def _bucket_kind(before: Limit, after: Limit, cost: int) -> ChangeKind:
-    """Shadow limits never reject: turning one on lowers, turning one off raises."""
-    if before.shadow and after.shadow:
-        return ChangeKind.CHANGED
-    if before.shadow != after.shadow:
-        return ChangeKind.RAISED if after.shadow else ChangeKind.LOWERED
-    return worst([compare_limit(before, after, cost)])
 
 
 def _route_cost(rules: Rules, policy: Policy) -> int:

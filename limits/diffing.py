@@ -168,8 +168,7 @@ def snapshot_diff(
 def rules_of(ref: int | str) -> Rules | None:
     """The rules a diff side names; None for "active" before the first publish."""
     from limits.compiling import rules_compile
-    from limits.publishing import snapshot_rules
-    from limits.selectors import snapshot_get_active
+    from limits.selectors import snapshot_get_active, snapshot_rules
 
     if ref == WORKING_COPY:
         return rules_compile()

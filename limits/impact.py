@@ -32,7 +32,16 @@ from limits.enforcement.snapshot import (
     ScopeKind,
 )
 
-__all__ = ["FAR_FUTURE", "Affected", "Probe", "Reach", "compare_limits", "worst"]
+__all__ = [
+    "FAR_FUTURE",
+    "Affected",
+    "Probe",
+    "Reach",
+    "bucket_kind",
+    "compare_limit",
+    "compare_limits",
+    "worst",
+]
 
 #: A moment after every override has expired: resolutions then show the
 #: permanent rules, which is what a change of the rules is judged on.
@@ -86,6 +95,16 @@ def compare_limit(before: Limit, after: Limit, route_cost: int) -> ChangeKind:
     if after.rate > before.rate or after.burst > before.burst:
         return ChangeKind.RAISED
     return ChangeKind.RAISED if cost_after < cost_before else ChangeKind.CHANGED
+
+
+def bucket_kind(before: Limit, after: Limit, cost: int) -> ChangeKind:
+    """Direction of one bucket kept across a change; shadow limits never reject,
+    so turning one on raises and turning one off lowers."""
+    if before.shadow and after.shadow:
+        return ChangeKind.CHANGED
+    if before.shadow != after.shadow:
+        return ChangeKind.RAISED if after.shadow else ChangeKind.LOWERED
+    return worst([compare_limit(before, after, cost)])
 
 
 def compare_limits(

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from limits import models
 from limits.audit import Actor, audit_record
+from limits.bundle import snapshot_bundle_refresh
 from limits.choices import AuditAction, SnapshotKind
 from limits.compiling import (
     limit_to_snapshot,
@@ -29,6 +30,7 @@ from limits.compiling import (
 from limits.diffing import rules_diff
 from limits.enforcement import snapshot
 from limits.enforcement.validation import Problem, validate_rules
+from limits.selectors import snapshot_rules
 
 __all__ = [
     "InvalidRules",
@@ -42,7 +44,6 @@ __all__ = [
     "rules_compile",
     "snapshot_activate_due",
     "snapshot_publish",
-    "snapshot_rules",
     "snapshot_store",
 ]
 
@@ -155,7 +156,7 @@ def snapshot_store(
     if row.effective_at <= published_at:
         activate_due(actor=actor, now=published_at)
         row.activated_at = published_at
-    transaction.on_commit(_refresh_bundle, robust=True)
+    transaction.on_commit(snapshot_bundle_refresh, robust=True)
     return row
 
 
@@ -170,7 +171,7 @@ def snapshot_activate_due(
     publishing_lock(rules=False)
     activated = activate_due(actor=actor, now=now)
     if activated:
-        transaction.on_commit(_refresh_bundle, robust=True)
+        transaction.on_commit(snapshot_bundle_refresh, robust=True)
     return activated
 
 
@@ -289,16 +290,3 @@ def _audited(row: models.Snapshot, superseded: list[int]) -> dict:
         "superseded": superseded,
         "changes": row.diff["counts"],
     }
-
-
-def snapshot_rules(row: models.Snapshot) -> snapshot.Rules:
-    """The rules of a stored version, parsed once per process and version."""
-    from limits.selectors import snapshot_document
-
-    return snapshot_document(row).rules
-
-
-def _refresh_bundle() -> None:
-    from limits.bundle import snapshot_bundle_refresh
-
-    snapshot_bundle_refresh()

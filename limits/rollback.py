@@ -23,12 +23,8 @@ from limits.audit import Actor, audit_record, serialize_for_audit
 from limits.choices import AuditAction
 from limits.compiling import policy_to_snapshot, route_to_snapshot, rules_compile
 from limits.enforcement import snapshot
-from limits.publishing import (
-    publishing_lock,
-    require_publisher,
-    snapshot_rules,
-    snapshot_store,
-)
+from limits.publishing import publishing_lock, require_publisher, snapshot_store
+from limits.selectors import snapshot_rules
 
 __all__ = ["snapshot_rollback", "working_copy_restore"]
 

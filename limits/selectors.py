@@ -15,6 +15,7 @@ __all__ = [
     "snapshot_get_active",
     "snapshot_get_latest",
     "snapshot_list",
+    "snapshot_rules",
     "snapshot_scheduled",
 ]
 
@@ -70,3 +71,8 @@ def snapshot_document(row: Snapshot) -> snapshot.Snapshot:
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
     return cached
+
+
+def snapshot_rules(row: Snapshot) -> snapshot.Rules:
+    """The rules of a stored version (parsed once per process and version)."""
+    return snapshot_document(row).rules

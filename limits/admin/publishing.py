@@ -18,9 +18,9 @@ from limits.enforcement.routing import HTTP_METHODS
 from limits.enforcement.validation import validate_rules
 from limits.explain import ExplainSource, explain
 from limits.models import Route, Snapshot
-from limits.publishing import problem_text, snapshot_publish, snapshot_rules
+from limits.publishing import problem_text, snapshot_publish
 from limits.rollback import snapshot_rollback
-from limits.selectors import snapshot_get_active, snapshot_scheduled
+from limits.selectors import snapshot_get_active, snapshot_rules, snapshot_scheduled
 
 __all__ = [
     "PermissionDenied",
