@@ -130,3 +130,13 @@ def test_bundle_sync__bundle_behind_postgres__rewritten(publish, redis_client):
     assert snapshot_bundle_sync() is True
     assert snapshot_bundle_get().active == 2
     assert snapshot_bundle_sync() is False
+
+
+def test_bundle__superseded_version__left_out(publish):
+    # Given version 2 for the day after tomorrow, then version 3 for tomorrow
+    publish("v1")
+    now = timezone.now()
+    publish("v2", rate=20, effective_at=now + timedelta(days=2))
+    publish("v3", rate=30, effective_at=now + timedelta(days=1))
+    # Then gateways are only told about 3: version 2 will never take effect
+    assert snapshot_bundle_get().scheduled == (3,)
