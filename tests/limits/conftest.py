@@ -9,13 +9,7 @@ from django.contrib.auth.models import Group
 from limits.audit import Actor
 from limits.choices import Dimension, Role, ScopeKind
 from limits.models import Limit, Policy
-from tests.factories import (
-    LimitFactory,
-    PolicyFactory,
-    RouteFactory,
-    TenantFactory,
-    TierFactory,
-)
+from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory
 
 
 def default_policy() -> Policy:
@@ -96,6 +90,3 @@ def viewer(db):
 def publisher(product):
     """The actor of a product user, who may publish."""
     return Actor(user=product, request_id="test-request", ip="127.0.0.1")
-
-
-__all__ = ["LimitFactory", "default_policy"]
