@@ -9,3 +9,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.on_after_configure.connect
+def schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
+    """Beat's schedule; read from settings here, once Django is configured."""
+    from django.conf import settings
+
+    sender.add_periodic_task(
+        float(settings.SLUICE_ACTIVATION_INTERVAL),
+        sender.signature("limits.snapshot_activate_due"),
+        name="activate scheduled snapshots",
+        expires=float(settings.SLUICE_ACTIVATION_INTERVAL),
+    )

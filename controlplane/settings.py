@@ -168,6 +168,8 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sluice@localhost")
 SLUICE_FLEET_SILENT_AFTER = env_int("SLUICE_FLEET_SILENT_AFTER", 60)
 #: A gateway behind the active version for longer than this many seconds is stale.
 SLUICE_FLEET_STALE_AFTER = env_int("SLUICE_FLEET_STALE_AFTER", 60)
+#: Seconds between two runs of the beat task that activates scheduled snapshots.
+SLUICE_ACTIVATION_INTERVAL = env_int("SLUICE_ACTIVATION_INTERVAL", 5)
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")

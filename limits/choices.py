@@ -62,6 +62,23 @@ class AuditAction(models.TextChoices):
     TOKEN_REVOKE = "token_revoke", "token revoked"
 
 
+class SnapshotKind(models.TextChoices):
+    """How a snapshot came to be: a publish of the working copy, or a rollback."""
+
+    PUBLISH = "publish"
+    ROLLBACK = "rollback"
+
+
+class ChangeKind(models.TextChoices):
+    """How one change of a diff moves a client's limits (see ``limits.diffing``)."""
+
+    NEW = "new"
+    RAISED = "raised"
+    LOWERED = "lowered"
+    REMOVED = "removed"
+    CHANGED = "changed", "changed (neither raised nor lowered)"
+
+
 class Role(models.TextChoices):
     """The three groups of people who use the control plane."""
 

@@ -1,16 +1,29 @@
-"""Which limits apply to whom, told with the resolver that gateways run."""
+"""Which limits apply to whom, and why, told with the resolver that gateways run."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from limits.compiling import rules_compile
+from limits.enforcement.engine import Engine
 from limits.enforcement.resolver import Resolution, Resolver
-from limits.enforcement.snapshot import describe_limit
+from limits.enforcement.snapshot import Limit, Rules, Snapshot, describe_limit
 from limits.models import Tenant
-from limits.publishing import rules_compile
+from limits.selectors import snapshot_document, snapshot_get_active
 
-__all__ = ["EffectiveLimit", "effective_limits"]
+__all__ = [
+    "BucketKey",
+    "EffectiveLimit",
+    "ExplainSource",
+    "Explanation",
+    "effective_limits",
+    "explain",
+]
 
 
 @dataclass(frozen=True)
@@ -42,3 +55,107 @@ def effective_limits(
         )
     )
     return rows
+
+
+@dataclass(frozen=True)
+class BucketKey:
+    """The bucket one limit of a request is charged to."""
+
+    limit: Limit
+    key: str  #: the Redis key, exactly as a gateway builds it
+    cost: int  #: tokens this request takes from the bucket
+
+
+class ExplainSource(models.TextChoices):
+    """Which rules to explain with."""
+
+    ACTIVE = "active", "the active version (what gateways enforce)"
+    WORKING_COPY = "working", "the working copy (unpublished edits included)"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a request gets the limits it gets, and which buckets it would be charged to."""
+
+    source: ExplainSource
+    version: int | None  #: the version explained with; None for the working copy
+    tenant: str | None
+    tenant_known: bool  #: False: the tenant is not in the rules, so it has no tier
+    resolution: Resolution  #: from the gateways' resolver: policy, level, what it beat
+    keys: tuple[BucketKey, ...]  #: one per limit of the winning policy
+
+    @property
+    def limits(self) -> list[str]:
+        return [describe_limit(limit) for limit in self.resolution.policy.limits]
+
+
+def explain(
+    *,
+    tenant: str | None = None,
+    route: str | None = None,
+    method: str | None = None,
+    path: str | None = None,
+    user: str | None = None,
+    api_key: str | None = None,
+    ip: str | None = None,
+    source: ExplainSource = ExplainSource.ACTIVE,
+    now: float | None = None,
+) -> Explanation:
+    """Which policy applies to a request and why, with the resolver gateways run.
+
+    Name the route by slug, or give ``method`` and ``path`` to match it as a
+    gateway would. Raise ValidationError for an unknown route, both ways of
+    naming one, or an active version that does not exist yet.
+    """
+    if route and (method or path):
+        raise ValidationError("Give a route, or a method and a path, not both.")
+    rules, version = _rules(source, tenant)
+    now = time.time() if now is None else now
+    # The engine gateways run: its resolver, its route matching, its key builder.
+    engine = Engine(_unhashed_snapshot(rules, version))
+    if method or path:
+        matched = engine.resolver.match_route((method or "GET").upper(), path or "/")
+        route = matched.slug if matched else None
+    elif route and route not in rules.routes:
+        raise ValidationError({"route": f"There is no route {route!r} in these rules."})
+    resolution = engine.resolver.resolve(tenant=tenant or None, route=route, now=now)
+    prepared = engine.prepare(
+        route=route,
+        method=None,
+        path=None,
+        tenant=tenant or None,
+        user=user,
+        api_key=api_key,
+        ip=ip,
+        now=now,
+    )
+    keys = tuple(
+        BucketKey(plan.limit, key, plan.limit.cost or prepared.cost)
+        for plan, key in zip(prepared.plan.limits, prepared.keys, strict=True)
+    )
+    return Explanation(
+        source=source,
+        version=version,
+        tenant=tenant or None,
+        tenant_known=bool(tenant) and tenant in rules.tenants,
+        resolution=resolution,
+        keys=keys,
+    )
+
+
+def _unhashed_snapshot(rules: Rules, version: int | None) -> Snapshot:
+    """Rules wrapped for the engine, which reads only the rules and the version."""
+    epoch = datetime.fromtimestamp(0, UTC)
+    return Snapshot(version or 0, None, epoch, epoch, rules, hash="")
+
+
+def _rules(source: ExplainSource, tenant: str | None) -> tuple[Rules, int | None]:
+    if source == ExplainSource.WORKING_COPY:
+        row = Tenant.objects.filter(slug=tenant).first() if tenant else None
+        return rules_compile(tenant=row), None
+    active = snapshot_get_active(light=True)
+    if active is None:
+        raise ValidationError(
+            "Nothing has been published yet: explain the working copy."
+        )
+    return snapshot_document(active).rules, active.version

@@ -1,83 +1,292 @@
-"""From rule rows to snapshots: compiling the working copy (and, later, publishing it).
+"""Publishing: the working copy, validated and compiled, stored as the next version.
 
-This is the one place where ORM rows become the value types of
-``limits.enforcement.snapshot``; everything else reads those values.
+Compiling lives in ``limits.compiling`` (re-exported here). Publishing, rolling back and activating are serialized by one Postgres advisory
+lock, so versions are consecutive and nothing is lost when two happen at once;
+a publish also holds the rule tables in SHARE mode until it commits, so that it
+compiles one consistent state of the working copy. See ``docs/publishing.md``
+for the activation rules (active, scheduled, superseded).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gzip
+from datetime import UTC, datetime
 
-from django.db.models import Q
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection, transaction
+from django.db.models import Max, Q
+from django.utils import timezone
 
 from limits import models
-from limits.choices import ScopeKind
+from limits.audit import Actor, audit_record
+from limits.bundle import snapshot_bundle_refresh
+from limits.choices import AuditAction, SnapshotKind
+from limits.compiling import (
+    limit_to_snapshot,
+    policy_to_snapshot,
+    route_to_snapshot,
+    rules_compile,
+)
+from limits.diffing import rules_diff
 from limits.enforcement import snapshot
+from limits.enforcement.validation import Problem, validate_rules
+from limits.selectors import snapshot_rules
 
 __all__ = [
+    "InvalidRules",
+    "NothingToPublish",
     "limit_to_snapshot",
     "policy_to_snapshot",
+    "problem_text",
+    "publishing_lock",
+    "require_publisher",
     "route_to_snapshot",
     "rules_compile",
+    "snapshot_activate_due",
+    "snapshot_publish",
+    "snapshot_store",
 ]
 
 
-def limit_to_snapshot(limit: models.Limit) -> snapshot.Limit:
-    return snapshot.Limit(
-        dimension=snapshot.Dimension(limit.dimension),
-        rate=limit.rate,
-        period=limit.period,
-        burst=limit.burst,
-        cost=limit.cost,
-        shadow=limit.shadow,
-    )
+#: Key of the Postgres advisory lock that serializes publish, rollback and activation.
+PUBLISH_LOCK = 0x5_1C_E_9B_1
+_RULE_TABLES = "limits_tier, limits_tenant, limits_route, limits_policy, limits_limit"
 
 
-def policy_to_snapshot(
-    policy: models.Policy, limits: Iterable[models.Limit] | None = None
-) -> snapshot.Policy:
-    """The snapshot form of ``policy``, with ``limits`` or else its saved limits."""
-    rows = policy.limits.all() if limits is None else limits
-    return snapshot.Policy(
-        scope=policy.scope_key,
-        route=policy.route_key,
-        limits=tuple(limit_to_snapshot(limit) for limit in rows),
-        expires_at=policy.expires_at,
-    )
+class InvalidRules(ValidationError):
+    """The working copy cannot be published; ``problems`` say which object and why."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__([problem_text(p) for p in problems], code="invalid_rules")
 
 
-def route_to_snapshot(route: models.Route) -> snapshot.Route:
-    return snapshot.Route(
-        slug=route.slug,
-        methods=tuple(sorted(route.methods)),
-        path=route.path_pattern,
-        cost=route.cost,
-        failure_mode=snapshot.FailureMode(route.failure_mode),
-    )
+class NothingToPublish(ValidationError):
+    """The rules are those of the version they would replace, and no scheduled
+    version would be superseded (cancelling one is a change worth publishing)."""
 
-
-def rules_compile(*, tenant: models.Tenant | None = None) -> snapshot.Rules:
-    """The working copy as a rule set, in a fixed number of queries whatever its size.
-
-    With ``tenant``, only what can apply to that tenant (its tier's, its own and the
-    default policies): enough for the resolver to answer for it, at any scale.
-    """
-    policies = models.Policy.objects.select_related("tier", "tenant", "route")
-    tenants = models.Tenant.objects.all()
-    if tenant is not None:
-        policies = policies.filter(
-            Q(scope=ScopeKind.DEFAULT)
-            | Q(tier_id=tenant.tier_id)
-            | Q(tenant_id=tenant.pk)
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"Nothing to publish: the rules are the same as version {version}. "
+            "Change a rule first.",
+            code="unchanged",
         )
-        tenants = tenants.filter(pk=tenant.pk)
-    return snapshot.Rules(
-        tiers=dict(models.Tier.objects.values_list("slug", "name")),
-        tenants=dict(tenants.values_list("slug", "tier__slug")),
-        routes={
-            route.slug: route_to_snapshot(route) for route in models.Route.objects.all()
-        },
-        policies=tuple(
-            policy_to_snapshot(p) for p in policies.prefetch_related("limits")
-        ),
+
+
+def problem_text(problem: Problem) -> str:
+    """``policy tier pro · search, limit 1, burst: burst 1 is below the request cost 5``."""
+    if problem.kind != "policy":
+        return f"{problem.kind} {problem.key}, {problem.field}: {problem.message}"
+    scope, _, route = problem.key.rstrip("~").partition("/")
+    where = snapshot.Policy(
+        scope=scope, route=route, limits=(), expires_at=None
+    ).describe() + (" (override)" if problem.key.endswith("~") else "")
+    field = problem.field
+    if field.startswith("limits["):
+        index, _, rest = field[len("limits[") :].partition("]")
+        field = f"limit {int(index) + 1}" + (f", {rest.lstrip('.')}" if rest else "")
+    return f"policy {where}, {field}: {problem.message}"
+
+
+def publishing_lock(*, rules: bool) -> None:
+    """Serialize publishing in the current transaction; with ``rules``, also hold off
+    rule edits until commit, so that the working copy is read as one consistent state."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PUBLISH_LOCK])
+        if rules:
+            cursor.execute(f"LOCK TABLE {_RULE_TABLES} IN SHARE MODE")
+
+
+def require_publisher(actor: Actor) -> None:
+    """Only product (and superusers) publish; the system (commands, Celery) may too."""
+    if actor.user is not None and not actor.user.has_perm("limits.publish_snapshot"):
+        raise PermissionDenied("Only the product role may publish or roll back.")
+
+
+@transaction.atomic
+def snapshot_publish(
+    *, actor: Actor, message: str, effective_at: datetime | None = None
+) -> models.Snapshot:
+    """Validate and compile the working copy and store it as the next version.
+
+    Takes effect now, or at ``effective_at`` (in the future). Raises
+    InvalidRules (nothing written), NothingToPublish, ValidationError for a bad
+    message or time, PermissionDenied for a role that may not publish.
+    """
+    require_publisher(actor)
+    publishing_lock(rules=True)
+    return snapshot_store(
+        actor=actor, rules=rules_compile(), message=message, effective_at=effective_at
     )
+
+
+def snapshot_store(
+    *,
+    actor: Actor,
+    rules: snapshot.Rules,
+    message: str,
+    effective_at: datetime | None = None,
+    restored_version: int | None = None,
+) -> models.Snapshot:
+    """Store ``rules`` as the next version; call with :func:`publishing_lock` held."""
+    problems = validate_rules(rules)
+    if problems:
+        raise InvalidRules(problems)
+    now = timezone.now()
+    published_at, effective = _times(now, effective_at)
+    parent = _parent(effective)
+    unchanged = parent is not None and parent.rules_digest == rules.digest()
+    if unchanged and not _doomed(effective).exists():  # superseding is a change
+        raise NothingToPublish(parent.version)
+    row = _snapshot_row(
+        rules, parent, published_at, effective, message=_message(message)
+    )
+    row.kind = SnapshotKind.ROLLBACK if restored_version else SnapshotKind.PUBLISH
+    row.restored_version = restored_version
+    row.author, row.author_id = actor.username, getattr(actor.user, "pk", None)
+    row.save()
+    superseded = _supersede(row, now)
+    audit_record(
+        actor=actor,
+        action=AuditAction.ROLLBACK if restored_version else AuditAction.PUBLISH,
+        obj=row,
+        after=_audited(row, superseded),
+        reason=row.message,
+    )
+    if row.effective_at <= published_at:
+        activate_due(actor=actor, now=published_at)
+        row.activated_at = published_at
+    transaction.on_commit(snapshot_bundle_refresh, robust=True)
+    return row
+
+
+@transaction.atomic
+def snapshot_activate_due(
+    *, actor: Actor, now: datetime | None = None
+) -> list[models.Snapshot]:
+    """Activate every scheduled version whose time has come, oldest first; audited."""
+    now = now or timezone.now()
+    if not _due(now).exists():  # the common case, without taking the lock
+        return []
+    publishing_lock(rules=False)
+    activated = activate_due(actor=actor, now=now)
+    if activated:
+        transaction.on_commit(snapshot_bundle_refresh, robust=True)
+    return activated
+
+
+def activate_due(*, actor: Actor, now: datetime) -> list[models.Snapshot]:
+    """Mark due versions active in version order; call with the lock held."""
+    activated = list(_due(now).select_for_update().order_by("version"))
+    for row in activated:
+        models.Snapshot.objects.filter(pk=row.pk).update(activated_at=now)
+        row.activated_at = now
+        audit_record(
+            actor=actor,
+            action=AuditAction.ACTIVATE,
+            obj=row,
+            after={"version": row.version, "activated_at": now.isoformat()},
+            reason=f"effective {row.effective_at:%Y-%m-%d %H:%M:%S} UTC",
+        )
+    return activated
+
+
+def _due(now: datetime):
+    return models.Snapshot.objects.filter(
+        activated_at__isnull=True, superseded_at__isnull=True, effective_at__lte=now
+    )
+
+
+def _times(now: datetime, effective_at: datetime | None) -> tuple[datetime, datetime]:
+    published_at = now.replace(microsecond=0)
+    if effective_at is None:
+        return published_at, published_at
+    if timezone.is_naive(effective_at):
+        raise ValidationError({"effective_at": "Give a time zone (e.g. UTC, 'Z')."})
+    effective = effective_at.astimezone(UTC).replace(microsecond=0)
+    if effective <= published_at:
+        raise ValidationError(
+            {
+                "effective_at": "The effective time must be in the future; "
+                "leave it empty to publish now."
+            }
+        )
+    return published_at, effective
+
+
+def _message(message: str) -> str:
+    if not message.strip():
+        raise ValidationError({"message": "Say what this version changes and why."})
+    return message.strip()
+
+
+def _parent(effective: datetime) -> models.Snapshot | None:
+    """The version in force just before ``effective``: the one the new version replaces.
+
+    Active or past versions, and scheduled ones that take effect earlier; a
+    scheduled version taking effect at the same time or later is superseded.
+    """
+    return (
+        models.Snapshot.objects.filter(
+            Q(activated_at__isnull=False)
+            | Q(superseded_at__isnull=True, effective_at__lt=effective)
+        )
+        .defer("content_gzip", "diff")
+        .order_by("-version")
+        .first()
+    )
+
+
+def _snapshot_row(rules, parent, published_at, effective, *, message):
+    latest = models.Snapshot.objects.aggregate(top=Max("version"))["top"] or 0
+    document = snapshot.Snapshot.build(
+        version=latest + 1,
+        parent=parent.version if parent else None,
+        published_at=published_at,
+        effective_at=effective,
+        rules=rules,
+    )
+    content = document.to_bytes()
+    parent_rules = snapshot_rules(parent) if parent else None
+    return models.Snapshot(
+        version=document.version,
+        parent_version=document.parent,
+        hash=document.hash,
+        rules_digest=rules.digest(),
+        content=content,
+        content_gzip=gzip.compress(content, mtime=0),  # mtime 0: same bytes, same gzip
+        message=message,
+        published_at=published_at,
+        effective_at=effective,
+        diff=rules_diff(parent_rules, rules).to_json(),
+    )
+
+
+def _supersede(row: models.Snapshot, now: datetime) -> list[int]:
+    """Scheduled versions that would take effect no sooner than ``row`` never will."""
+    doomed = _doomed(row.effective_at).filter(version__lt=row.version)
+    versions = sorted(doomed.values_list("version", flat=True))
+    doomed.update(superseded_at=now, superseded_by=row.version)
+    return versions
+
+
+def _doomed(effective: datetime):
+    return models.Snapshot.objects.filter(
+        activated_at__isnull=True,
+        superseded_at__isnull=True,
+        effective_at__gte=effective,
+    )
+
+
+def _audited(row: models.Snapshot, superseded: list[int]) -> dict:
+    return {
+        "version": row.version,
+        "parent_version": row.parent_version,
+        "kind": row.kind,
+        "restored_version": row.restored_version,
+        "hash": row.hash,
+        "published_at": row.published_at.isoformat(),
+        "effective_at": row.effective_at.isoformat(),
+        "superseded": superseded,
+        "changes": row.diff["counts"],
+    }

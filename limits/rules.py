@@ -16,9 +16,9 @@ from django.db.models import Max, Q
 
 from limits.audit import Actor, audit_record, serialize_for_audit
 from limits.choices import AuditAction, Role
+from limits.compiling import policy_to_snapshot
 from limits.enforcement.validation import policy_problems
 from limits.models import Limit, Policy, Route, Tenant, Tier
-from limits.publishing import policy_to_snapshot
 from limits.roles import can_edit_policy, user_role
 
 __all__ = [

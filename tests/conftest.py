@@ -12,7 +12,13 @@ import socket
 import pytest
 import redis
 
+from controlplane import celery_app
 from controlplane.preflight import ServiceUnavailable, check_postgres
+from tests.celery_fixtures import (  # noqa: F401  (fixtures for every test module)
+    celery_beat,
+    celery_env,
+    celery_worker,
+)
 from tests.servers import RedisServer
 
 
@@ -58,6 +64,12 @@ def redis_server():
     server = RedisServer().start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _celery_on_test_redis(redis_server):
+    """Tasks sent by tests go to this worker's Redis, never to the machine's."""
+    celery_app.conf.broker_url = f"redis://127.0.0.1:{redis_server.port}/1"
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,7 @@
-"""factory_boy factories, one per rule model. Factories write rows directly (no audit):
-tests of the services call the services."""
+"""factory_boy factories, one per model. They write rows directly (no audit): tests
+of the services call the services."""
+
+from __future__ import annotations
 
 from datetime import timedelta
 
@@ -17,8 +19,8 @@ class TierFactory(factory.django.DjangoModelFactory):
         model = Tier
         django_get_or_create = ("slug",)
 
-    slug = factory.Sequence(lambda n: f"tier{n}")
-    name = factory.LazyAttribute(lambda o: o.slug.title())
+    slug = factory.Sequence(lambda n: f"tier-{n}")
+    name = factory.LazyAttribute(lambda tier: tier.slug.title())
 
 
 class TenantFactory(factory.django.DjangoModelFactory):
@@ -26,10 +28,9 @@ class TenantFactory(factory.django.DjangoModelFactory):
         model = Tenant
         django_get_or_create = ("slug",)
 
-    slug = factory.Sequence(lambda n: f"tenant{n}")
-    name = factory.LazyAttribute(lambda o: o.slug.title())
+    slug = factory.Sequence(lambda n: f"tenant-{n}")
+    name = factory.LazyAttribute(lambda tenant: tenant.slug.title())
     tier = factory.SubFactory(TierFactory)
-    contact_emails = factory.LazyAttribute(lambda o: [f"ops@{o.slug}.example"])
 
 
 class RouteFactory(factory.django.DjangoModelFactory):
@@ -37,26 +38,42 @@ class RouteFactory(factory.django.DjangoModelFactory):
         model = Route
         django_get_or_create = ("slug",)
 
-    slug = factory.Sequence(lambda n: f"route{n}")
+    slug = factory.Sequence(lambda n: f"route-{n}")
     methods = factory.LazyFunction(lambda: ["GET"])
-    path_pattern = factory.LazyAttribute(lambda o: f"/v1/{o.slug.replace('.', '/')}")
+    path_pattern = factory.LazyAttribute(lambda route: f"/v1/{route.slug}")
     cost = 1
     failure_mode = FailureMode.OPEN
 
 
 class PolicyFactory(factory.django.DjangoModelFactory):
+    """A policy with one limit (``limit__rate``, ``limit__burst``... to set it).
+
+    The scope follows the subject: a tenant makes a tenant policy, a tier a tier
+    policy, neither the default scope. ``override=True`` makes a live tenant override.
+    """
+
     class Meta:
         model = Policy
+        skip_postgeneration_save = True
 
-    scope = ScopeKind.TIER
-    tier = factory.SubFactory(TierFactory)
+    tier = None
     tenant = None
     route = None
+    scope = factory.LazyAttribute(
+        lambda p: (
+            ScopeKind.TENANT
+            if p.tenant
+            else ScopeKind.TIER
+            if p.tier
+            else ScopeKind.DEFAULT
+        )
+    )
+    limit = factory.RelatedFactory(
+        "tests.factories.LimitFactory", factory_related_name="policy"
+    )
 
     class Params:
         override = factory.Trait(
-            scope=ScopeKind.TENANT,
-            tier=None,
             tenant=factory.SubFactory(TenantFactory),
             reason="Launch week",
             expires_at=factory.LazyFunction(lambda: timezone.now() + timedelta(days=7)),
@@ -67,7 +84,7 @@ class LimitFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Limit
 
-    policy = factory.SubFactory(PolicyFactory)
+    policy = factory.SubFactory(PolicyFactory, limit=None)
     dimension = Dimension.TENANT
     rate = 10
     period = Period.SECOND

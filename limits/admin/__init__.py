@@ -1,8 +1,8 @@
-"""The Django admin of Sluice: rules, audit log, and (later) publishing and fleet pages."""
+"""The Django admin of Sluice: rules, audit log, versions and publishing (later: fleet)."""
 
 from django.contrib import admin
 
-from . import audit, rules, tokens  # noqa: F401  (registers the model admins)
+from . import audit, rules, snapshots, tokens  # noqa: F401  (registers the model admins)
 
 admin.site.site_header = "Sluice"
 admin.site.site_title = "Sluice control plane"

@@ -4,7 +4,9 @@ from .audit import *  # noqa: F403
 from .audit import __all__ as _audit
 from .rules import *  # noqa: F403
 from .rules import __all__ as _rules
+from .snapshots import *  # noqa: F403
+from .snapshots import __all__ as _snapshots
 from .tokens import *  # noqa: F403
 from .tokens import __all__ as _tokens
 
-__all__ = [*_rules, *_audit, *_tokens]
+__all__ = [*_rules, *_audit, *_snapshots, *_tokens]

@@ -290,7 +290,7 @@ class Limit(RuleModel):
 
     def describe(self) -> str:
         """``per user: 100 / s, burst 200``: the way people say it."""
-        from limits.publishing import limit_to_snapshot
+        from limits.compiling import limit_to_snapshot
 
         return describe_limit(limit_to_snapshot(self))
 

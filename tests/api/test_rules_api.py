@@ -8,7 +8,6 @@ from django.utils import timezone
 from limits.choices import AuditAction
 from limits.models import AuditEntry, Policy, Tier
 from tests.factories import (
-    LimitFactory,
     PolicyFactory,
     RouteFactory,
     TenantFactory,
@@ -233,7 +232,7 @@ def test_policy_update__limits_by_id__kept_changed_added_and_removed(
 
 
 def test_limit_delete__last_enforcing_limit__400_policy_kept_whole(api, product_user):
-    limit = LimitFactory(policy=PolicyFactory(tier=TierFactory(slug="pro")))
+    limit = PolicyFactory(tier=TierFactory(slug="pro")).limits.get()
     api.as_user(product_user)
     response = api.delete(f"/api/v1/limits/{limit.pk}")
     assert response.status_code == 400
@@ -338,9 +337,9 @@ class TestTokens:
 class TestLists:
     def test_policies__filter_by_tier_and_kind__only_matching(self, api, viewer_user):
         pro = TierFactory(slug="pro")
-        LimitFactory(policy=PolicyFactory(tier=pro))
-        LimitFactory(policy=PolicyFactory(tier=TierFactory(slug="free")))
-        LimitFactory(policy=PolicyFactory(override=True))
+        PolicyFactory(tier=pro)
+        PolicyFactory(tier=TierFactory(slug="free"))
+        PolicyFactory(override=True)
         api.as_user(viewer_user)
         by_tier = api.get("/api/v1/policies?tier=pro").json()
         overrides = api.get("/api/v1/policies?override=true").json()

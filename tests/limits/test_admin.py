@@ -11,7 +11,6 @@ from limits.audit import Actor
 from limits.choices import AuditAction, ScopeKind
 from limits.models import AuditEntry, Policy, Tier
 from tests.factories import (
-    LimitFactory,
     PolicyFactory,
     RouteFactory,
     TenantFactory,
@@ -29,8 +28,8 @@ def objects():
     tier = TierFactory(slug="pro")
     tenant = TenantFactory(slug="acme", tier=tier)
     route = RouteFactory(slug="search", cost=1)
-    tier_policy = LimitFactory(policy=PolicyFactory(tier=tier, route=route)).policy
-    override = LimitFactory(policy=PolicyFactory(override=True, tenant=tenant)).policy
+    tier_policy = PolicyFactory(tier=tier, route=route)
+    override = PolicyFactory(override=True, tenant=tenant)
     entry = AuditEntry.objects.create(
         action=AuditAction.CREATE, actor="x", object_type="tier", object_repr="pro"
     )
@@ -249,11 +248,9 @@ def test_tenant_page__effective_limits__computed_by_the_resolver(client, viewer_
     tier = TierFactory(slug="pro")
     tenant = TenantFactory(slug="acme", tier=tier)
     search = RouteFactory(slug="search")
-    LimitFactory(policy=PolicyFactory(tier=tier), rate=100, burst=200)
-    LimitFactory(
-        policy=PolicyFactory(override=True, tenant=tenant, route=search),
-        rate=500,
-        burst=1000,
+    PolicyFactory(tier=tier, limit__rate=100, limit__burst=200)
+    PolicyFactory(
+        override=True, tenant=tenant, route=search, limit__rate=500, limit__burst=1000
     )
     client.force_login(viewer_user)
     # When a viewer opens the tenant
@@ -266,9 +263,7 @@ def test_tenant_page__effective_limits__computed_by_the_resolver(client, viewer_
 
 
 def test_policy_list__limits__shown_the_way_people_say_them(client, viewer_user):
-    LimitFactory(
-        policy=PolicyFactory(tier=TierFactory(slug="pro")), rate=100, burst=200
-    )
+    PolicyFactory(tier=TierFactory(slug="pro"), limit__rate=100, limit__burst=200)
     client.force_login(viewer_user)
     page = client.get(_url("policy", action="changelist")).content.decode()
     assert "per tenant: 100 / s, burst 200" in page

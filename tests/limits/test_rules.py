@@ -18,7 +18,6 @@ from limits.audit import Actor
 from limits.choices import AuditAction, Dimension, ScopeKind
 from limits.models import AuditEntry, Limit, Policy, Route, Tenant, Tier
 from tests.factories import (
-    LimitFactory,
     PolicyFactory,
     RouteFactory,
     TenantFactory,
@@ -110,7 +109,7 @@ def test_rule_save__bad_route__field_error_names_the_problem(
 def test_rule_save__route_cost_above_a_burst__refused_naming_the_policy(product):
     # Given a tier policy for all routes whose burst is 5
     route = RouteFactory(slug="search", cost=1)
-    LimitFactory(policy=PolicyFactory(tier=TierFactory(slug="free")), burst=5)
+    PolicyFactory(tier=TierFactory(slug="free"), limit__burst=5)
     # When the route's cost is raised to 10
     route.cost = 10
     with pytest.raises(ValidationError) as raised:
@@ -352,11 +351,7 @@ class TestRoles:
             )
 
     def test_support__permanent_tenant_policy__cannot_edit_or_delete(self, support):
-        permanent = LimitFactory(
-            policy=PolicyFactory(
-                scope=ScopeKind.TENANT, tier=None, tenant=TenantFactory()
-            )
-        ).policy
+        permanent = PolicyFactory(tenant=TenantFactory())
         permanent.expires_at = timezone.now() + timedelta(days=1)
         permanent.reason = "make it temporary"
         with pytest.raises(PermissionDenied):
@@ -367,7 +362,7 @@ class TestRoles:
             rules.rule_delete(obj=Policy.objects.get(pk=permanent.pk), actor=support)
 
     def test_support__own_override__can_delete(self, support):
-        override = LimitFactory(policy=PolicyFactory(override=True)).policy
+        override = PolicyFactory(override=True)
         rules.rule_delete(obj=override, actor=support)
         assert not Policy.objects.filter(pk=override.pk).exists()
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('limits', '0004_roles'),
+        ('limits', '0006_snapshot_immutable'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

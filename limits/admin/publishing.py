@@ -1,0 +1,201 @@
+"""Admin pages to publish, compare versions, roll back and explain.
+
+Thin views: forms read the request, services in ``limits`` do the work, and the
+templates under ``templates/admin/limits/snapshot/`` extend the admin's own.
+"""
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from limits.audit import Actor
+from limits.compiling import rules_compile
+from limits.diffing import ACTIVE, WORKING_COPY, rules_diff, rules_of
+from limits.enforcement.routing import HTTP_METHODS
+from limits.enforcement.validation import validate_rules
+from limits.explain import ExplainSource, explain
+from limits.models import Route, Snapshot
+from limits.publishing import problem_text, snapshot_publish
+from limits.rollback import snapshot_rollback
+from limits.selectors import snapshot_get_active, snapshot_rules, snapshot_scheduled
+
+__all__ = [
+    "PermissionDenied",
+    "diff_view",
+    "explain_view",
+    "publish_view",
+    "rollback_view",
+]
+
+
+class PublishForm(forms.Form):
+    message = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="What changes and why: customers may read it in the changelog.",
+    )
+    effective_at = forms.DateTimeField(
+        required=False,
+        widget=forms.DateTimeInput(
+            attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"
+        ),
+        help_text="UTC. Leave empty to take effect now; gateways switch on time by themselves.",
+    )
+
+
+class RollbackForm(forms.Form):
+    message = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), help_text="Why roll back."
+    )
+
+
+class DiffForm(forms.Form):
+    old = forms.ChoiceField(label="from")
+    new = forms.ChoiceField(label="to")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        versions = [
+            (str(v), f"version {v}")
+            for v in Snapshot.objects.order_by("-version").values_list(
+                "version", flat=True
+            )
+        ]
+        self.fields["old"].choices = [(ACTIVE, "the active version"), *versions]
+        self.fields["new"].choices = [(WORKING_COPY, "the working copy"), *versions]
+
+
+class ExplainForm(forms.Form):
+    source = forms.ChoiceField(
+        choices=ExplainSource.choices, initial=ExplainSource.ACTIVE
+    )
+    tenant = forms.CharField(
+        required=False, help_text="Tenant slug; empty for anonymous traffic."
+    )
+    route = forms.ChoiceField(
+        required=False, help_text="A route, or give a method and path."
+    )
+    method = forms.ChoiceField(
+        required=False, choices=[("", "—"), *((m, m) for m in HTTP_METHODS)]
+    )
+    path = forms.CharField(required=False, help_text="e.g. /v1/orders/42")
+    user = forms.CharField(required=False)
+    api_key = forms.CharField(required=False, label="API key")
+    ip = forms.GenericIPAddressField(required=False, label="IP address")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        routes = Route.objects.order_by("slug").values_list("slug", flat=True)
+        self.fields["route"].choices = [("", "—"), *((slug, slug) for slug in routes)]
+
+
+def _require(request, permission: str) -> None:
+    if not request.user.has_perm(permission):
+        raise PermissionDenied
+
+
+def _page(request, template: str, title: str, **context):
+    context = {
+        **admin.site.each_context(request),
+        "opts": Snapshot._meta,
+        "title": title,
+        "can_publish": request.user.has_perm("limits.publish_snapshot"),
+        **context,
+    }
+    return TemplateResponse(request, f"admin/limits/snapshot/{template}", context)
+
+
+def _refused(form: forms.Form, exc: ValidationError) -> None:
+    for message in exc.messages:
+        form.add_error(None, message)
+
+
+def publish_view(request):
+    """The working copy against the active version, its problems, and the publish form."""
+    _require(request, "limits.publish_snapshot")
+    form = PublishForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            row = snapshot_publish(
+                actor=Actor.from_request(request), **form.cleaned_data
+            )
+        except ValidationError as exc:
+            _refused(form, exc)
+        else:
+            messages.success(request, f"Published version {row.version}.")
+            return redirect("admin:limits_snapshot_change", row.pk)
+    working = rules_compile()
+    return _page(
+        request,
+        "publish.html",
+        "Publish the working copy",
+        form=form,
+        active=snapshot_get_active(light=True),
+        scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
+        problems=[problem_text(p) for p in validate_rules(working)],
+        diff=rules_diff(rules_of(ACTIVE), working).to_json(),
+    )
+
+
+def diff_view(request):
+    """Any two versions (or the active version and the working copy), compared."""
+    _require(request, "limits.view_snapshot")
+    form = DiffForm(request.GET or {"old": ACTIVE, "new": WORKING_COPY})
+    diff = None
+    if form.is_valid():
+        old, new = (_ref(form.cleaned_data[side]) for side in ("old", "new"))
+        diff = rules_diff(rules_of(old), rules_of(new)).to_json()
+    return _page(request, "diff.html", "Compare versions", form=form, diff=diff)
+
+
+def _ref(value: str) -> int | str:
+    return int(value) if value.isdigit() else value
+
+
+def rollback_view(request, version: int):
+    """Confirm, then publish version ``version``'s rules again as a new version."""
+    _require(request, "limits.publish_snapshot")
+    target = get_object_or_404(Snapshot.objects.defer("content_gzip"), version=version)
+    form = RollbackForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            row = snapshot_rollback(
+                actor=Actor.from_request(request),
+                version=version,
+                message=form.cleaned_data["message"],
+            )
+        except ValidationError as exc:
+            _refused(form, exc)
+        else:
+            messages.success(
+                request, f"Version {row.version} restores version {version}."
+            )
+            return redirect("admin:limits_snapshot_change", row.pk)
+    active = rules_of(ACTIVE)
+    return _page(
+        request,
+        "rollback.html",
+        f"Roll back to version {version}",
+        form=form,
+        target=target,
+        diff=rules_diff(active, snapshot_rules(target)).to_json(),
+        discarded=rules_diff(active, rules_compile()).to_json(),
+        scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
+        target_url=reverse("admin:limits_snapshot_change", args=[target.pk]),
+    )
+
+
+def explain_view(request):
+    """Which policy a request gets, why, and the keys it would be charged to."""
+    _require(request, "limits.view_snapshot")
+    form = ExplainForm(request.GET or None)
+    result = None
+    if form.is_valid():
+        data = {k: v or None for k, v in form.cleaned_data.items() if k != "source"}
+        try:
+            result = explain(source=ExplainSource(form.cleaned_data["source"]), **data)
+        except ValidationError as exc:
+            _refused(form, exc)
+    return _page(request, "explain.html", "Explain a request", form=form, result=result)

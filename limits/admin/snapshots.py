@@ -1,0 +1,167 @@
+"""Versions in the admin: a read-only list and detail, plus the publishing pages.
+
+Viewers see versions, diffs and Explain; only holders of
+``limits.publish_snapshot`` (product, superusers) publish and roll back. The
+pages themselves live in :mod:`limits.admin.publishing`.
+"""
+
+from django.contrib import admin
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.loader import render_to_string
+from django.urls import path, reverse
+from django.utils.html import format_html_join
+
+from limits.models import Snapshot
+from limits.selectors import snapshot_get_active, snapshot_list
+
+from . import publishing
+
+
+@admin.register(Snapshot)
+class SnapshotAdmin(admin.ModelAdmin):
+    """Published versions, newest first; nobody can add, change or delete one here."""
+
+    list_display = (
+        "version",
+        "status_text",
+        "message",
+        "author",
+        "published_at",
+        "effective_at",
+        "activated_at",
+        "origin",
+        "change_count",
+    )
+    list_display_links = ("version", "message")
+    search_fields = ("message", "author", "hash")
+    list_filter = ("kind", "author")
+    fields = (
+        "version",
+        "status_text",
+        "origin",
+        "message",
+        "author",
+        "published_at",
+        "effective_at",
+        "activated_at",
+        "superseded_text",
+        "hash",
+        "sizes",
+        "same_content",
+        "diff_words",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return snapshot_list()
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "publish/",
+                view(publishing.publish_view),
+                name="limits_snapshot_publish",
+            ),
+            path("diff/", view(publishing.diff_view), name="limits_snapshot_diff"),
+            path(
+                "explain/",
+                view(publishing.explain_view),
+                name="limits_snapshot_explain",
+            ),
+            path(
+                "<int:version>/rollback/",
+                view(publishing.rollback_view),
+                name="limits_snapshot_rollback",
+            ),
+            path(
+                "<int:version>/content/",
+                view(self.content_view),
+                name="limits_snapshot_content",
+            ),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"can_publish": request.user.has_perm("limits.publish_snapshot")}
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        active = snapshot_get_active(light=True)
+        extra = {
+            "can_publish": request.user.has_perm("limits.publish_snapshot"),
+            "active_version": active.version if active else None,
+        }
+        return super().change_view(
+            request, object_id, form_url, {**extra, **(extra_context or {})}
+        )
+
+    def content_view(self, request, version):
+        """The stored document, byte for byte, as gateways receive it."""
+        if not self.has_view_permission(request):
+            raise publishing.PermissionDenied
+        row = get_object_or_404(Snapshot, version=version)
+        response = HttpResponse(bytes(row.content), content_type="application/json")
+        response["ETag"] = row.etag
+        return response
+
+    @admin.display(description="status")
+    def status_text(self, row):
+        active = getattr(row, "active_version", None)
+        if active is None:
+            active_row = snapshot_get_active(light=True)
+            active = active_row.version if active_row else None
+        return row.status(active).label.split(":")[0]
+
+    @admin.display(description="origin")
+    def origin(self, row):
+        if row.restored_version:
+            return f"rollback to version {row.restored_version}"
+        return (
+            f"publish after version {row.parent_version}"
+            if row.parent_version
+            else "first publish"
+        )
+
+    @admin.display(description="changes")
+    def change_count(self, row):
+        counts = getattr(row, "change_counts", None) or row.diff["counts"]
+        return ", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "—"
+
+    @admin.display(description="superseded")
+    def superseded_text(self, row):
+        if row.superseded_by is None:
+            return "—"
+        return f"by version {row.superseded_by} at {row.superseded_at:%Y-%m-%d %H:%M:%S} UTC"
+
+    @admin.display(description="size")
+    def sizes(self, row):
+        return f"{len(row.content):,} bytes, {len(row.content_gzip):,} gzipped"
+
+    @admin.display(description="same rules as")
+    def same_content(self, row):
+        others = (
+            Snapshot.objects.filter(rules_digest=row.rules_digest)
+            .exclude(pk=row.pk)
+            .order_by("version")
+            .values_list("pk", "version")
+        )
+        links = (
+            (reverse("admin:limits_snapshot_change", args=[pk]), version)
+            for pk, version in others
+        )
+        return format_html_join(", ", '<a href="{}">version {}</a>', links) or "—"
+
+    @admin.display(description="changes from the version it replaces")
+    def diff_words(self, row):
+        return render_to_string("admin/limits/snapshot/_diff.html", {"diff": row.diff})

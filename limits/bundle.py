@@ -1,0 +1,182 @@
+"""The gateway bundle: the active snapshot and the scheduled ones, prepared in Redis.
+
+Gateways poll ``GET /api/v1/snapshot`` every few seconds; the answer is the
+bundle of ``docs/gateway-protocol.md``::
+
+    {"active": <snapshot document>, "scheduled": [<snapshot document>, ...]}
+
+It is assembled from the bytes stored at publish (never re-serialized), gzipped
+once, and written to one Redis hash, ``sluice:snapshots:bundle``:
+
+=================== ==========================================================
+``etag``            quoted SHA-256 of ``body``: what ``If-None-Match`` is compared to
+``body``            the bundle bytes
+``body_gzip``       the same, gzip-compressed
+``active``          the active version number
+``scheduled``       the scheduled version numbers, comma-separated, in order
+``gen_version``     the highest version published when it was built
+``gen_activations`` how many versions had been activated when it was built
+=================== ==========================================================
+
+A 304 reads ``etag`` only: no database query. The bundle is rewritten on the
+commit of every publish, rollback and activation. Two rewrites may race, so the
+write is a compare-and-set on (``gen_version``, ``gen_activations``), which only
+grow: an older state never replaces a newer one. If Redis lost the hash, or a
+rewrite failed, :func:`snapshot_bundle_get` and the beat task rebuild it from
+Postgres. After restoring Postgres from a backup (the generation goes back),
+rebuild with ``snapshot_bundle_refresh(force=True)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+from django.db.models import Count, Max
+
+from limits.models import Snapshot
+from limits.selectors import snapshot_get_active, snapshot_scheduled
+
+__all__ = [
+    "BUNDLE_KEY",
+    "Bundle",
+    "snapshot_bundle_build",
+    "snapshot_bundle_etag",
+    "snapshot_bundle_get",
+    "snapshot_bundle_refresh",
+    "snapshot_bundle_sync",
+]
+
+BUNDLE_KEY = "sluice:snapshots:bundle"
+
+# KEYS[1] the hash; ARGV: force ("1"/"0"), version, activations, then field/value pairs.
+_WRITE_IF_NEWER = """
+local stored = redis.call('HMGET', KEYS[1], 'gen_version', 'gen_activations')
+if ARGV[1] ~= '1' and stored[1] then
+    local version, activations = tonumber(stored[1]), tonumber(stored[2])
+    local new_version, new_activations = tonumber(ARGV[2]), tonumber(ARGV[3])
+    if new_version < version or (new_version == version and new_activations < activations) then
+        return 0
+    end
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """What a gateway poll is answered with."""
+
+    etag: str  #: quoted strong entity tag
+    body: bytes
+    body_gzip: bytes
+    active: int  #: the active version
+    scheduled: tuple[int, ...]  #: versions that take effect later, in order
+    generation: tuple[int, int]  #: (highest version, activations) it was built from
+
+    def fields(self) -> dict[str, bytes | str | int]:
+        return {
+            "etag": self.etag,
+            "body": self.body,
+            "body_gzip": self.body_gzip,
+            "active": self.active,
+            "scheduled": ",".join(map(str, self.scheduled)),
+            "gen_version": self.generation[0],
+            "gen_activations": self.generation[1],
+        }
+
+    @classmethod
+    def from_fields(cls, raw: dict[bytes, bytes]) -> Bundle:
+        scheduled = raw[b"scheduled"].decode()
+        return cls(
+            etag=raw[b"etag"].decode(),
+            body=raw[b"body"],
+            body_gzip=raw[b"body_gzip"],
+            active=int(raw[b"active"]),
+            scheduled=tuple(int(v) for v in scheduled.split(",") if v),
+            generation=(int(raw[b"gen_version"]), int(raw[b"gen_activations"])),
+        )
+
+
+def snapshot_bundle_build() -> Bundle | None:
+    """The bundle of the current state in Postgres; None before the first publish."""
+    generation = _generation()
+    active = snapshot_get_active()
+    if active is None:
+        return None
+    scheduled = list(snapshot_scheduled().filter(version__gt=active.version))
+    body = b"".join(
+        [
+            b'{"active":',
+            bytes(active.content),
+            b',"scheduled":[',
+            b",".join(bytes(row.content) for row in scheduled),
+            b"]}",
+        ]
+    )  # canonical already: keys in order, documents canonical
+    return Bundle(
+        etag=f'"{hashlib.sha256(body).hexdigest()}"',
+        body=body,
+        body_gzip=gzip.compress(body, mtime=0),
+        active=active.version,
+        scheduled=tuple(row.version for row in scheduled),
+        generation=generation,
+    )
+
+
+def snapshot_bundle_refresh(*, force: bool = False) -> Bundle | None:
+    """Rebuild the bundle from Postgres and store it unless Redis holds a newer one."""
+    bundle = snapshot_bundle_build()
+    if bundle is None:
+        return None
+    args: list = ["1" if force else "0", *bundle.generation]
+    for name, value in bundle.fields().items():
+        args += [name, value]
+    _client().eval(_WRITE_IF_NEWER, 1, BUNDLE_KEY, *args)
+    return bundle
+
+
+def snapshot_bundle_etag() -> str | None:
+    """The stored bundle's ETag, from Redis alone (the 304 path); None if absent."""
+    etag = _client().hget(BUNDLE_KEY, "etag")
+    return etag.decode() if etag is not None else None
+
+
+def snapshot_bundle_get() -> Bundle | None:
+    """The stored bundle, rebuilt from Postgres if Redis lost it."""
+    raw = _client().hgetall(BUNDLE_KEY)
+    if raw:
+        return Bundle.from_fields(raw)
+    return snapshot_bundle_refresh()
+
+
+def snapshot_bundle_sync() -> bool:
+    """Rewrite the bundle if it lags behind Postgres (a failed write); True if it did."""
+    stored = _client().hmget(BUNDLE_KEY, "gen_version", "gen_activations")
+    current = _generation()
+    if current[0] == 0:
+        return False
+    if stored[0] is not None and (int(stored[0]), int(stored[1])) == current:
+        return False
+    snapshot_bundle_refresh()
+    return True
+
+
+def _generation() -> tuple[int, int]:
+    state = Snapshot.objects.aggregate(top=Max("version"), active=Count("activated_at"))
+    return state["top"] or 0, state["active"]
+
+
+def _client() -> redis.Redis:
+    return _connect(settings.REDIS_URL)
+
+
+@functools.lru_cache(maxsize=4)
+def _connect(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)

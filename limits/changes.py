@@ -1,0 +1,295 @@
+"""The change records of a diff, and how each kind of object is compared and told.
+
+One builder per kind of object (tier, tenant, route, policy) returns a
+:class:`Change`; ``limits.diffing`` calls them for every object that differs.
+Words reuse the snapshot module's formatters (``describe_limit``,
+``Policy.describe``) so that a limit reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from limits.choices import ChangeKind
+from limits.enforcement.snapshot import Limit, Policy, Route, Rules, describe_limit
+from limits.enforcement.validation import policy_ref
+from limits.impact import Affected, Reach, bucket_kind, compare_limits
+
+__all__ = [
+    "Change",
+    "FieldChange",
+    "LimitChange",
+    "policy_change",
+    "route_change",
+    "tenant_change",
+    "tier_change",
+]
+
+_ROUTE_FIELDS = ("methods", "path", "cost", "failure_mode")
+_LIMIT_FIELDS = ("rate", "burst", "cost", "shadow")
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One member that moved: ``cost: 1 → 2``."""
+
+    field: str
+    before: Any
+    after: Any
+
+    def to_json(self) -> dict:
+        return {"field": self.field, "before": self.before, "after": self.after}
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """One token bucket of a policy, identified by dimension and period."""
+
+    dimension: str
+    period: int
+    kind: ChangeKind  #: new, removed, or its direction for a client
+    before: Limit | None
+    after: Limit | None
+    fields: tuple[FieldChange, ...] = ()
+
+    @property
+    def text(self) -> str:
+        if self.before is None:
+            return f"new limit {describe_limit(self.after)}"
+        if self.after is None:
+            return f"no more limit {describe_limit(self.before)}"
+        was, now = describe_limit(self.before), describe_limit(self.after)
+        subject, _, rest = now.partition(": ")
+        return f"{was} → {rest if was.startswith(subject + ': ') else now}"
+
+    def to_json(self) -> dict:
+        return {
+            "dimension": self.dimension,
+            "period": self.period,
+            "kind": self.kind.value,
+            "before": self.before.to_json() if self.before else None,
+            "after": self.after.to_json() if self.after else None,
+            "fields": [f.to_json() for f in self.fields],
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    """One tier, tenant, route or policy that differs between the two rule sets."""
+
+    subject: str  #: "tier", "tenant", "route" or "policy"
+    key: str  #: a slug; for a policy ``scope/route``, ``~`` marking an override
+    kind: ChangeKind
+    text: str  #: the change in words
+    affected: Affected  #: whose effective limits it can change
+    fields: tuple[FieldChange, ...] = ()
+    limits: tuple[LimitChange, ...] = ()
+    #: for new and removed policies and tenant moves: raised or lowered against
+    #: what applied before (or applies after) at the same scope and route
+    direction: ChangeKind | None = None
+
+    @property
+    def lowers(self) -> bool:
+        """Whether some client can get less than before: what needs notice."""
+        return ChangeKind.LOWERED in (self.kind, self.direction)
+
+    def to_json(self) -> dict:
+        return {
+            "subject": self.subject,
+            "key": self.key,
+            "kind": self.kind.value,
+            "direction": self.direction.value if self.direction else None,
+            "lowers": self.lowers,
+            "text": self.text,
+            "fields": [f.to_json() for f in self.fields],
+            "limits": [lim.to_json() for lim in self.limits],
+            "affected": self.affected.to_json(),
+        }
+
+
+def tier_change(slug: str, was: str | None, now: str | None) -> Change:
+    """A tier added, removed or renamed: names change no one's limits."""
+    fields = (FieldChange("name", was, now),)
+    if was is None:
+        return Change(
+            "tier", slug, ChangeKind.NEW, f"new tier {slug} ({now})", Affected(), fields
+        )
+    if now is None:
+        return Change(
+            "tier", slug, ChangeKind.REMOVED, f"tier {slug} removed", Affected(), fields
+        )
+    text = f"tier {slug} renamed: {was} → {now}"
+    return Change("tier", slug, ChangeKind.CHANGED, text, Affected(), fields)
+
+
+def tenant_change(
+    slug: str, was: str | None, now: str | None, *, reach: Reach
+) -> Change:
+    """A tenant added, removed, or moved to another tier (classified by what it gets)."""
+    fields = (FieldChange("tier", was, now),)
+    affected = reach.tenant(slug)
+    if was is None:
+        text = f"new tenant {slug} on tier {now}"
+        return Change("tenant", slug, ChangeKind.NEW, text, affected, fields)
+    if now is None:
+        text = f"tenant {slug} removed (was on tier {was})"
+        return Change("tenant", slug, ChangeKind.REMOVED, text, affected, fields)
+    direction = reach.tier_move(was, now)
+    text = f"tenant {slug} moved: tier {was} → tier {now}"
+    return Change(
+        "tenant", slug, direction, text, affected, fields, direction=direction
+    )
+
+
+def route_change(
+    slug: str, was: Route | None, now: Route | None, *, reach: Reach
+) -> Change:
+    """A route added, removed or changed; its cost moves every limit without its own."""
+    if was is None or now is None:
+        route = now or was
+        kind = ChangeKind.NEW if was is None else ChangeKind.REMOVED
+        shown = f"{', '.join(route.methods)} {route.path}, cost {route.cost}"
+        text = f"new route {slug}: {shown}" if was is None else f"route {slug} removed"
+        fields = tuple(
+            FieldChange(f, _field(was, f), _field(now, f)) for f in _ROUTE_FIELDS
+        )
+        return Change("route", slug, kind, text, reach.everyone(), fields)
+    fields = tuple(
+        FieldChange(f, _field(was, f), _field(now, f))
+        for f in _ROUTE_FIELDS
+        if _field(was, f) != _field(now, f)
+    )
+    kind = ChangeKind.CHANGED
+    if now.cost != was.cost:  # a dearer request is fewer requests
+        kind = ChangeKind.LOWERED if now.cost > was.cost else ChangeKind.RAISED
+    said = "; ".join(
+        f"{f.field} {_shown(f.before)} → {_shown(f.after)}" for f in fields
+    )
+    return Change(
+        "route", slug, kind, f"route {slug}: {said}", reach.everyone(), fields
+    )
+
+
+def policy_change(
+    was: Policy | None, now: Policy | None, *, reach: Reach, old: Rules, new: Rules
+) -> Change:
+    """A policy added, removed, or with other limits or expiry."""
+    if was is None:
+        return _policy_added(now, reach, new)
+    if now is None:
+        return _policy_removed(was, reach, new)
+    cost = _route_cost(new, now)
+    limits = _limit_changes(was.limits, now.limits, cost)
+    fields = ()
+    if was.expires_at != now.expires_at:
+        fields = (
+            FieldChange("expires_at", _time(was.expires_at), _time(now.expires_at)),
+        )
+    kind = compare_limits(was.limits, now.limits, route_cost=cost)
+    said = [lim.text for lim in limits] + [
+        f"expires {f.before} → {f.after}" for f in fields
+    ]
+    text = f"{now.describe()}: {'; '.join(said)}"
+    return Change(
+        "policy", policy_ref(now), kind, text, reach.policy(now), fields, limits
+    )
+
+
+def _policy_added(policy: Policy, reach: Reach, new: Rules) -> Change:
+    before = reach.old.probe.policy_for(policy.scope, policy.route)
+    said = "; ".join(describe_limit(lim) for lim in _sorted(policy.limits))
+    text = f"new policy {policy.describe()}: {said}"
+    if before is not None:  # None: the first version, nothing to compare with
+        text += f" (instead of {before.describe()})"
+    return _whole_policy(ChangeKind.NEW, policy, before, policy, text, reach, new)
+
+
+def _policy_removed(policy: Policy, reach: Reach, new: Rules) -> Change:
+    after = reach.new.probe.policy_for(policy.scope, policy.route)
+    said = "; ".join(describe_limit(lim) for lim in _sorted(policy.limits))
+    text = (
+        f"{policy.describe()} removed (was {said}); {after.describe()} applies instead"
+    )
+    return _whole_policy(ChangeKind.REMOVED, policy, policy, after, text, reach, new)
+
+
+def _whole_policy(kind, policy, before, after, text, reach, new) -> Change:
+    """A policy that appears or goes, its direction judged against what it replaces."""
+    direction = None
+    if before is not None:
+        cost = _route_cost(new, policy)
+        direction = compare_limits(before.limits, after.limits, route_cost=cost)
+    new_ = kind == ChangeKind.NEW
+    limits = tuple(
+        LimitChange(
+            lim.dimension,
+            lim.period,
+            kind,
+            None if new_ else lim,
+            lim if new_ else None,
+        )
+        for lim in _sorted(policy.limits)
+    )
+    return Change(
+        "policy",
+        policy_ref(policy),
+        kind,
+        text,
+        reach.policy(policy),
+        limits=limits,
+        direction=direction,
+    )
+
+
+def _limit_changes(
+    was: tuple[Limit, ...], now: tuple[Limit, ...], cost: int
+) -> tuple[LimitChange, ...]:
+    old = {(lim.dimension, lim.period): lim for lim in was}
+    new = {(lim.dimension, lim.period): lim for lim in now}
+    changes = []
+    for key in sorted(old.keys() | new.keys()):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if before is None or after is None:
+            kind = ChangeKind.NEW if before is None else ChangeKind.REMOVED
+            changes.append(LimitChange(key[0], key[1], kind, before, after))
+            continue
+        fields = tuple(
+            FieldChange(f, getattr(before, f), getattr(after, f))
+            for f in _LIMIT_FIELDS
+            if getattr(before, f) != getattr(after, f)
+        )
+        changes.append(
+            LimitChange(
+                key[0], key[1], bucket_kind(before, after, cost), before, after, fields
+            )
+        )
+    return tuple(changes)
+
+
+def _route_cost(rules: Rules, policy: Policy) -> int:
+    route = rules.routes.get(policy.route)
+    return route.cost if route else 1  # unmatched requests cost one token
+
+
+def _sorted(limits: tuple[Limit, ...]) -> list[Limit]:
+    return sorted(limits, key=Limit.sort_key)
+
+
+def _field(route: Route | None, name: str) -> Any:
+    if route is None:
+        return None
+    value = getattr(route, name)
+    return list(value) if isinstance(value, tuple) else getattr(value, "value", value)
+
+
+def _shown(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else str(value)
+
+
+def _time(moment: datetime | None) -> str | None:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else None

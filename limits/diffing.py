@@ -1,0 +1,181 @@
+"""What changed between two rule sets: structured for code, in words for people.
+
+:func:`rules_diff` compares two :class:`~limits.enforcement.snapshot.Rules` (two
+versions, or the working copy and the active version) and returns a
+:class:`RulesDiff`: one :class:`Change` per tier, tenant, route or policy that
+differs, each with
+
+* ``kind``: new, removed, raised, lowered or changed (``ChangeKind``);
+* ``fields``: what moved, field by field, before and after;
+* ``limits`` (policies): the same per token bucket, keyed by dimension and period;
+* ``direction`` (new and removed policies, tenant moves): raised, lowered or
+  changed, judged against what applied before (or applies after) at the same
+  scope and route, so that a new, stricter policy counts as a lowering;
+* ``affected``: the tiers and tenants whose effective limits it can change;
+* ``text``: one line in words, e.g.
+  ``tier pro · search: per tenant: 50 / s, burst 100 → 20 / s, burst 40``.
+
+Raised and lowered are defined in :mod:`limits.impact` (a mixed change, say a
+higher rate with a smaller burst, is lowered: some client can be hurt). A diff is
+stored with every snapshot as :meth:`RulesDiff.to_json`; announcements read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+
+from limits.changes import (
+    Change,
+    FieldChange,
+    LimitChange,
+    policy_change,
+    route_change,
+    tenant_change,
+    tier_change,
+)
+from limits.choices import ChangeKind
+from limits.enforcement.snapshot import Policy, Rules
+from limits.impact import Reach
+from limits.models import Snapshot
+
+__all__ = [
+    "ACTIVE",
+    "WORKING_COPY",
+    "Change",
+    "FieldChange",
+    "LimitChange",
+    "RulesDiff",
+    "rules_diff",
+    "rules_of",
+    "snapshot_diff",
+]
+
+EMPTY_RULES = Rules(tiers={}, tenants={}, routes={}, policies=())
+
+
+@dataclass(frozen=True)
+class RulesDiff:
+    """Every change between two rule sets, tiers first, then tenants, routes, policies."""
+
+    changes: tuple[Change, ...]
+    affected_tiers: tuple[str, ...]  #: union over the changes
+    affected_tenants: tuple[str, ...]  #: union, with tier-wide changes expanded
+    anonymous: bool  #: requests without a known tenant are affected
+
+    def __bool__(self) -> bool:
+        return bool(self.changes)
+
+    @property
+    def lowers(self) -> bool:
+        return any(change.lowers for change in self.changes)
+
+    def counts(self) -> dict[str, int]:
+        """How many changes of each kind: ``{"new": 1, "lowered": 2, ...}``."""
+        counts = dict.fromkeys(ChangeKind.values, 0)
+        for change in self.changes:
+            counts[change.kind.value] += 1
+        return counts
+
+    def to_json(self) -> dict:
+        """The form stored with a snapshot (``Snapshot.diff``) and served by the API."""
+        return {
+            "changes": [change.to_json() for change in self.changes],
+            "counts": self.counts(),
+            "lowers": self.lowers,
+            "affected": {
+                "tiers": list(self.affected_tiers),
+                "tenants": list(self.affected_tenants),
+                "anonymous": self.anonymous,
+            },
+        }
+
+
+def rules_diff(old: Rules | None, new: Rules) -> RulesDiff:
+    """Compare ``old`` (None: nothing published yet) with ``new``."""
+    old = old or EMPTY_RULES
+    reach = Reach(old, new)
+    changes = [
+        *_mapping_changes(old.tiers, new.tiers, lambda *a: tier_change(*a)),
+        *_mapping_changes(
+            old.tenants, new.tenants, lambda *a: tenant_change(*a, reach=reach)
+        ),
+        *_mapping_changes(
+            old.routes, new.routes, lambda *a: route_change(*a, reach=reach)
+        ),
+        *_policy_changes(old, new, reach),
+    ]
+    return _summarise(changes, reach)
+
+
+def _mapping_changes(old: dict, new: dict, make) -> list[Change]:
+    keys = sorted(old.keys() | new.keys())
+    return [
+        make(key, old.get(key), new.get(key))
+        for key in keys
+        if old.get(key) != new.get(key)
+    ]
+
+
+def _policy_changes(old: Rules, new: Rules, reach: Reach) -> list[Change]:
+    before = {p.key: p for p in old.policies}
+    after = {p.key: p for p in new.policies}
+    changes = []
+    for key in sorted(before.keys() | after.keys()):
+        was, now = before.get(key), after.get(key)
+        if not _same(was, now):
+            changes.append(policy_change(was, now, reach=reach, old=old, new=new))
+    return changes
+
+
+def _same(a: Policy | None, b: Policy | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.to_json() == b.to_json()  # limits compared as a set, in canonical order
+
+
+def _summarise(changes: list[Change], reach: Reach) -> RulesDiff:
+    tiers: set[str] = set()
+    tenants: set[str] = set()
+    for change in changes:
+        affected = change.affected
+        tiers.update(affected.tiers)
+        tenants.update(affected.tenants)
+        tenants.update(reach.tenants_of(affected.tiers) - set(affected.except_tenants))
+    return RulesDiff(
+        changes=tuple(changes),
+        affected_tiers=tuple(sorted(tiers)),
+        affected_tenants=tuple(sorted(tenants)),
+        anonymous=any(change.affected.anonymous for change in changes),
+    )
+
+
+#: Names :func:`snapshot_diff` accepts besides version numbers.
+ACTIVE, WORKING_COPY = "active", "working"
+
+
+def snapshot_diff(
+    *, old: int | str = ACTIVE, new: int | str = WORKING_COPY
+) -> RulesDiff:
+    """Diff two versions by number, or ``"active"`` and ``"working"`` (the working copy).
+
+    Raise ValidationError for a version that does not exist.
+    """
+    return rules_diff(rules_of(old), rules_of(new) or EMPTY_RULES)
+
+
+def rules_of(ref: int | str) -> Rules | None:
+    """The rules a diff side names; None for "active" before the first publish."""
+    from limits.compiling import rules_compile
+    from limits.selectors import snapshot_get_active, snapshot_rules
+
+    if ref == WORKING_COPY:
+        return rules_compile()
+    if ref == ACTIVE:
+        row = snapshot_get_active(light=True)
+    else:
+        row = Snapshot.objects.defer("content_gzip", "diff").filter(version=ref).first()
+        if row is None:
+            raise ValidationError(f"There is no version {ref}.")
+    return snapshot_rules(row) if row else None

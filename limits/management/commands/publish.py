@@ -1,0 +1,59 @@
+"""Publish the working copy as the next version: ``manage.py publish --message "..."``."""
+
+import getpass
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from limits.audit import Actor
+from limits.publishing import snapshot_publish
+
+
+def _moment(text: str) -> datetime:
+    """An ISO 8601 time with a zone: 2026-12-15T00:00:00Z or +01:00."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise ValueError("give a time zone, e.g. 2026-12-15T00:00:00Z")
+    return moment
+
+
+class Command(BaseCommand):
+    help = (
+        "Validate the rules, compile them and store them as the next version "
+        "(effective now, or at --effective-at)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--message", "-m", required=True, help="What changes and why."
+        )
+        parser.add_argument(
+            "--effective-at",
+            type=_moment,
+            help="When gateways switch to it, ISO 8601 with a zone (default: now).",
+        )
+
+    def handle(self, *args, message, effective_at, **options):
+        actor = Actor.system(f"manage.py publish ({getpass.getuser()})")
+        try:
+            row = snapshot_publish(
+                actor=actor, message=message, effective_at=effective_at
+            )
+        except ValidationError as exc:
+            raise CommandError(
+                "Not published:\n  " + "\n  ".join(exc.messages)
+            ) from None
+        counts = ", ".join(f"{n} {kind}" for kind, n in row.diff["counts"].items() if n)
+        when = (
+            "now"
+            if row.activated_at
+            else f"at {row.effective_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
+        self.stdout.write(
+            f"Published version {row.version} ({row.hash[:12]}), effective {when}: "
+            f"{counts or 'no changes'}."
+        )

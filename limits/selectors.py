@@ -1,0 +1,78 @@
+"""Reads of published versions that more than one caller needs (admin, API, explain)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from django.db.models import QuerySet, Subquery
+from django.db.models.fields.json import KeyTransform
+
+from limits.enforcement import snapshot
+from limits.models import Snapshot
+
+__all__ = [
+    "snapshot_document",
+    "snapshot_get_active",
+    "snapshot_get_latest",
+    "snapshot_list",
+    "snapshot_rules",
+    "snapshot_scheduled",
+]
+
+#: Heavy columns that lists never need.
+_HEAVY = ("content", "content_gzip", "diff")
+_PARSED: OrderedDict[str, snapshot.Snapshot] = OrderedDict()
+_PARSED_MAX = 4
+
+
+def snapshot_get_active(*, light: bool = False) -> Snapshot | None:
+    """The version gateways enforce now: the highest that has been activated."""
+    rows = Snapshot.objects.filter(activated_at__isnull=False)
+    return (rows.defer(*_HEAVY) if light else rows).order_by("-version").first()
+
+
+def snapshot_get_latest(*, light: bool = False) -> Snapshot | None:
+    """The highest version, whatever its status."""
+    rows = Snapshot.objects.defer(*_HEAVY) if light else Snapshot.objects.all()
+    return rows.order_by("-version").first()
+
+
+def snapshot_scheduled() -> QuerySet[Snapshot]:
+    """Versions waiting to take effect, in the order they will (effective time, version)."""
+    return Snapshot.objects.filter(
+        activated_at__isnull=True, superseded_at__isnull=True
+    ).order_by("effective_at", "version")
+
+
+def snapshot_list() -> QuerySet[Snapshot]:
+    """Every version, newest first, without its bytes, annotated with ``active_version``
+    (so that ``row.status(row.active_version)`` costs no query) and ``change_counts``."""
+    active = (
+        Snapshot.objects.filter(activated_at__isnull=False)
+        .order_by("-version")
+        .values("version")[:1]
+    )
+    return (
+        Snapshot.objects.defer(*_HEAVY)
+        .annotate(
+            active_version=Subquery(active),
+            change_counts=KeyTransform("counts", "diff"),
+        )
+        .order_by("-version")
+    )
+
+
+def snapshot_document(row: Snapshot) -> snapshot.Snapshot:
+    """The parsed document of a stored version; parsed once per process (rows never change)."""
+    cached = _PARSED.get(row.hash)
+    if cached is None:
+        cached = snapshot.Snapshot.from_bytes(bytes(row.content))
+        _PARSED[row.hash] = cached
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+    return cached
+
+
+def snapshot_rules(row: Snapshot) -> snapshot.Rules:
+    """The rules of a stored version (parsed once per process and version)."""
+    return snapshot_document(row).rules

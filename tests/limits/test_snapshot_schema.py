@@ -1,0 +1,95 @@
+"""docs/snapshot.schema.json describes the snapshots that are really published."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+
+from limits.choices import Dimension, FailureMode, ScopeKind
+from limits.models import Limit, Snapshot
+from limits.publishing import snapshot_publish
+from limits.rollback import snapshot_rollback
+from tests.factories import PolicyFactory, RouteFactory
+
+SCHEMA = json.loads(
+    (Path(__file__).parents[2] / "docs" / "snapshot.schema.json").read_text()
+)
+
+
+@pytest.fixture
+def validator():
+    Draft202012Validator.check_schema(SCHEMA)
+    return Draft202012Validator(SCHEMA)
+
+
+def test_snapshot_schema__published_versions__all_valid(rules, publisher, validator):
+    # Given every feature of the format in the working copy: an override with an
+    # expiry, a cost override, a shadow limit, several methods, each failure mode
+    PolicyFactory(
+        scope=ScopeKind.TENANT,
+        tenant=rules["acme"],
+        route=rules["search"],
+        expires_at=timezone.now() + timedelta(days=3),
+        reason="Launch",
+    )
+    export = RouteFactory(
+        slug="export",
+        methods=["GET", "POST"],
+        path_pattern="/v1/reports/{id}/export",
+        cost=5,
+        failure_mode=FailureMode.LOCAL,
+    )
+    policy = PolicyFactory(
+        scope=ScopeKind.TIER, tier=rules["pro"], route=export, limit=None
+    )
+    Limit.objects.create(
+        policy=policy, dimension=Dimension.API_KEY, rate=1, period=60, burst=5
+    )
+    Limit.objects.create(
+        policy=policy,
+        dimension=Dimension.IP,
+        rate=9,
+        period=3600,
+        burst=9,
+        cost=9,
+        shadow=True,
+    )
+    # When published, changed and published for later, then rolled back
+    snapshot_publish(actor=publisher, message="v1")
+    Limit.objects.filter(policy=policy, dimension=Dimension.API_KEY).update(rate=2)
+    snapshot_publish(
+        actor=publisher, message="v2", effective_at=timezone.now() + timedelta(days=1)
+    )
+    snapshot_rollback(actor=publisher, version=1, message="undo")
+    # Then every stored document validates against the schema
+    for row in Snapshot.objects.all():
+        document = json.loads(bytes(row.content))
+        assert list(validator.iter_errors(document)) == [], row
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("rules", "policies", 0, "limits", 0, "rate"), 1.5),
+        (("rules", "routes", "search", "failure_mode"), "sometimes"),
+        (("published_at",), "2026-12-01T00:00:00+01:00"),
+        (("rules", "extra"), {}),
+    ],
+    ids=["float", "unknown failure mode", "not UTC", "unknown member"],
+)
+def test_snapshot_schema__malformed_document__rejected(
+    rules, publisher, validator, path, value
+):
+    document = json.loads(
+        bytes(snapshot_publish(actor=publisher, message="v1").content)
+    )
+    target = document
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    assert list(validator.iter_errors(document))
