@@ -1,10 +1,12 @@
-"""How callers prove who they are: API tokens for automation (people use their session)."""
+"""How callers prove who they are: API tokens for automation (people use their session),
+gateway tokens for gateways."""
 
+from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from limits.models import ApiToken
-from limits.tokens import api_token_authenticate
+from limits.models import ApiToken, GatewayToken
+from limits.tokens import api_token_authenticate, gateway_token_authenticate
 
 
 def bearer_secret(request, prefix: str) -> str | None:
@@ -41,4 +43,36 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
             "type": "http",
             "scheme": "bearer",
             "description": "An API token (slu_...).",
+        }
+
+
+class GatewayAuth(str):
+    """``request.auth`` of a gateway: the prefix of its token. It has no user and no role."""
+
+
+class GatewayTokenAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer slg_...``: a gateway, which may only read snapshots."""
+
+    def authenticate(self, request):
+        secret = bearer_secret(request, GatewayToken.PREFIX)
+        if secret is None:
+            return None
+        prefix = gateway_token_authenticate(secret)
+        if prefix is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked gateway token.")
+        return AnonymousUser(), GatewayAuth(prefix)
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="sluice-gateway"'
+
+
+class GatewayTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "api.authentication.GatewayTokenAuthentication"
+    name = "gatewayToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A gateway token (slg_...).",
         }

@@ -9,6 +9,8 @@ from rest_framework import permissions
 from limits.choices import Role
 from limits.roles import user_role
 
+from .authentication import GatewayAuth
+
 
 class RolePermission(permissions.BasePermission):
     message = "Your role does not allow this."
@@ -29,3 +31,12 @@ class AnyRole(permissions.BasePermission):
 
     def has_permission(self, request, view):
         return user_role(request.user) is not None
+
+
+class GatewayOrRole(permissions.BasePermission):
+    """A gateway token, or a person with a role: who may read snapshot documents."""
+
+    def has_permission(self, request, view):
+        return (
+            isinstance(request.auth, GatewayAuth) or user_role(request.user) is not None
+        )

@@ -130,6 +130,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "api.schema.SluiceAutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "api.authentication.ApiTokenAuthentication",
+        "api.authentication.GatewayTokenAuthentication",  # then refused by role: 403
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["api.permissions.RolePermission"],

@@ -29,17 +29,16 @@ rebuild with ``snapshot_bundle_refresh(force=True)``.
 
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
 from dataclasses import dataclass
 
 import redis
-from django.conf import settings
 from django.db.models import Count, Max
 
 from limits.models import Snapshot
 from limits.selectors import snapshot_get_active, snapshot_scheduled
+from limits.store import redis_client
 
 __all__ = [
     "BUNDLE_KEY",
@@ -174,9 +173,4 @@ def _generation() -> tuple[int, int]:
 
 
 def _client() -> redis.Redis:
-    return _connect(settings.REDIS_URL)
-
-
-@functools.lru_cache(maxsize=4)
-def _connect(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    return redis_client()

@@ -26,6 +26,7 @@ __all__ = [
     "fleet_record",
     "fleet_status",
     "parse_gateway_id",
+    "report_json",
 ]
 
 FLEET_KEY = "sluice:fleet:gateways"
@@ -54,6 +55,17 @@ class GatewayReport:
     token: str  #: prefix of the token it used
     address: str  #: the address it polled from
 
+    def with_token(self, token: str) -> GatewayReport:
+        return GatewayReport(
+            self.gateway,
+            self.applied,
+            self.rejected,
+            self.reason,
+            self.seen,
+            token,
+            self.address,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class GatewayStatus:
@@ -75,14 +87,14 @@ def parse_gateway_id(value: str) -> str:
     return value
 
 
-def fleet_record(report: GatewayReport, *, pipeline=None) -> None:
-    """Store ``report`` as the gateway's latest (in ``pipeline`` when given)."""
-    target = pipeline if pipeline is not None else redis_client()
-    target.hset(FLEET_KEY, report.gateway, json.dumps(_as_dict(report)))
+def fleet_record(report: GatewayReport) -> None:
+    """Store ``report`` as the gateway's latest (polls do this inside their Lua script)."""
+    redis_client().hset(FLEET_KEY, report.gateway, report_json(report))
 
 
-def _as_dict(report: GatewayReport) -> dict:
-    return {name: getattr(report, name) for name in GatewayReport.__slots__}
+def report_json(report: GatewayReport) -> str:
+    """The stored form of a report, as kept in the fleet hash."""
+    return json.dumps({name: getattr(report, name) for name in GatewayReport.__slots__})
 
 
 def fleet_reports() -> list[GatewayReport]:
@@ -124,7 +136,7 @@ def _state(
 ) -> GatewayState:
     if now - report.seen > settings.SLUICE_FLEET_SILENT_AFTER:
         return GatewayState.SILENT
-    if report.rejected is not None:
+    if report.rejected is not None or report.reason:
         return GatewayState.ERROR
     if active is None or (report.applied is not None and report.applied >= active):
         return GatewayState.IN_SYNC

@@ -26,7 +26,7 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 #: How long Redis vouches for a gateway token before Postgres is asked again. Revocation
 #: deletes the entry at once; this bounds the damage if that delete was lost.
 GATEWAY_TOKEN_CACHE_SECONDS = 300
-_GATEWAY_TOKEN_KEY = "sluice:gateway-token:{}"
+GATEWAY_TOKEN_KEY = "sluice:gateway-token:{}"
 
 
 @transaction.atomic
@@ -52,7 +52,7 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
     token.revoke()
     token.save(update_fields=["revoked_at"])
     if isinstance(token, GatewayToken):
-        key = _GATEWAY_TOKEN_KEY.format(token.key_hash)
+        key = GATEWAY_TOKEN_KEY.format(token.key_hash)
         transaction.on_commit(lambda: redis_client().delete(key))
     audit_record(
         actor=actor,
@@ -88,7 +88,7 @@ def gateway_token_authenticate(secret: str) -> str | None:
     Answers from Redis when it can, so a gateway's poll costs no database query;
     a miss is checked in Postgres (and records ``last_used_at``) then cached.
     """
-    key = _GATEWAY_TOKEN_KEY.format(hash_secret(secret))
+    key = GATEWAY_TOKEN_KEY.format(hash_secret(secret))
     cached = redis_client().get(key)
     if cached is not None:
         return cached.decode()

@@ -1,9 +1,17 @@
 """Admin pages of API and gateway tokens: create (secret shown once) and revoke."""
 
+from datetime import UTC, datetime
+
+from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
+from django.urls import path
 
 from limits.audit import Actor
+from limits.fleet import fleet_status
 from limits.models import ApiToken, GatewayToken
+from limits.selectors import snapshot_get_active
 from limits.tokens import token_create, token_revoke
 
 
@@ -41,6 +49,37 @@ class TokenAdmin(admin.ModelAdmin):
 @admin.register(GatewayToken)
 class GatewayTokenAdmin(TokenAdmin):
     fields = ("name", *TokenAdmin.readonly_fields)
+    change_list_template = "admin/limits/gatewaytoken/change_list.html"
+
+    def get_urls(self):
+        fleet = path(
+            "fleet/", self.admin_site.admin_view(self.fleet_view), name="limits_fleet"
+        )
+        return [fleet, *super().get_urls()]
+
+    def fleet_view(self, request):
+        """Every gateway, the version it runs, when it was last seen, and its state."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        active = snapshot_get_active(light=True)
+        fleet = fleet_status(
+            active_version=active.version if active else None,
+            active_since=active.activated_at.timestamp() if active else None,
+        )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Fleet",
+            "fleet": fleet,
+            "rows": [
+                (g, datetime.fromtimestamp(g.report.seen, UTC)) for g in fleet.gateways
+            ],
+            "stale_after": settings.SLUICE_FLEET_STALE_AFTER,
+            "silent_after": settings.SLUICE_FLEET_SILENT_AFTER,
+        }
+        return TemplateResponse(
+            request, "admin/limits/gatewaytoken/fleet.html", context
+        )
 
 
 @admin.register(ApiToken)

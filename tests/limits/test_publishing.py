@@ -26,8 +26,8 @@ from limits.publishing import (
     snapshot_publish,
 )
 from limits.selectors import snapshot_get_active, snapshot_list
+from tests.conftest import default_policy
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory
-from tests.limits.conftest import default_policy
 
 SYSTEM = Actor.system("test")
 

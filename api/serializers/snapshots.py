@@ -1,0 +1,232 @@
+"""Serializers of published versions, diffs, explanations and the fleet."""
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from limits.explain import ExplainSource
+from limits.models import GatewayToken, Snapshot
+
+
+class SnapshotSerializer(serializers.ModelSerializer):
+    """A published version without its document (``GET /snapshots/{version}`` has it)."""
+
+    status = serializers.SerializerMethodField()
+    etag = serializers.SerializerMethodField()
+    counts = serializers.SerializerMethodField(
+        help_text="Changes against the parent, by kind."
+    )
+
+    class Meta:
+        model = Snapshot
+        fields = (
+            "version",
+            "parent_version",
+            "kind",
+            "restored_version",
+            "status",
+            "etag",
+            "rules_digest",
+            "author",
+            "message",
+            "published_at",
+            "effective_at",
+            "activated_at",
+            "superseded_at",
+            "superseded_by",
+            "counts",
+        )
+        read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.ChoiceField(choices=["active", "scheduled", "superseded", "past"])
+    )
+    def get_status(self, row) -> str:
+        return row.status(self.context["active_version"]).value
+
+    def get_etag(self, row) -> str:
+        return f'"{row.hash}"'
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
+    def get_counts(self, row) -> dict:
+        counts = getattr(row, "change_counts", None)
+        return counts if counts is not None else (row.diff or {}).get("counts", {})
+
+
+class PublishInputSerializer(serializers.Serializer):
+    message = serializers.CharField(max_length=2000, help_text="What changes and why.")
+    effective_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When gateways start enforcing it; now if absent.",
+    )
+
+
+class RollbackInputSerializer(serializers.Serializer):
+    message = serializers.CharField(max_length=2000, help_text="Why roll back.")
+
+
+def _diff_side(value: str) -> int | str:
+    if value in ("active", "working"):
+        return value
+    if value.isdigit():
+        return int(value)
+    raise serializers.ValidationError("A version number, 'active' or 'working'.")
+
+
+class DiffQuerySerializer(serializers.Serializer):
+    old = serializers.CharField(
+        default="active", help_text="A version, 'active' or 'working'."
+    )
+    new = serializers.CharField(
+        default="working", help_text="A version, 'active' or 'working'."
+    )
+
+    def validate_old(self, value):
+        return _diff_side(value)
+
+    def validate_new(self, value):
+        return _diff_side(value)
+
+
+class ExplainQuerySerializer(serializers.Serializer):
+    tenant = serializers.CharField(
+        required=False, help_text="A tenant slug; none for anonymous traffic."
+    )
+    route = serializers.CharField(
+        required=False, help_text="A route slug (or give method and path)."
+    )
+    method = serializers.CharField(required=False)
+    path = serializers.CharField(required=False)
+    user = serializers.CharField(required=False)
+    api_key = serializers.CharField(required=False)
+    ip = serializers.IPAddressField(required=False)
+    source = serializers.ChoiceField(
+        choices=ExplainSource.choices, default=ExplainSource.ACTIVE
+    )
+
+
+class LimitOutSerializer(serializers.Serializer):
+    dimension = serializers.CharField()
+    rate = serializers.IntegerField()
+    period = serializers.IntegerField()
+    burst = serializers.IntegerField()
+    cost = serializers.IntegerField(allow_null=True)
+    shadow = serializers.BooleanField()
+    description = serializers.CharField()
+
+
+class PolicyOutSerializer(serializers.Serializer):
+    scope = serializers.CharField()
+    route = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    description = serializers.CharField()
+    level = serializers.CharField(required=False)
+    limits = LimitOutSerializer(many=True)
+
+
+class KeyOutSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    cost = serializers.IntegerField()
+    limit = serializers.CharField()
+
+
+class ExplanationSerializer(serializers.Serializer):
+    source = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    tenant = serializers.CharField(allow_null=True)
+    tenant_known = serializers.BooleanField()
+    tier = serializers.CharField(allow_null=True)
+    route = serializers.CharField(allow_null=True)
+    level = serializers.CharField()
+    why = serializers.CharField()
+    policy = PolicyOutSerializer()
+    keys = KeyOutSerializer(many=True)
+    beaten = PolicyOutSerializer(many=True)
+    expired = PolicyOutSerializer(many=True)
+
+
+class GatewayOutSerializer(serializers.Serializer):
+    gateway = serializers.CharField()
+    state = serializers.CharField()
+    applied = serializers.IntegerField(allow_null=True)
+    rejected = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    seen = serializers.DateTimeField()
+    token = serializers.CharField(
+        help_text="Prefix of the gateway token it polled with."
+    )
+    address = serializers.CharField()
+
+
+class VersionCountSerializer(serializers.Serializer):
+    version = serializers.IntegerField(allow_null=True)
+    gateways = serializers.IntegerField()
+
+
+class FleetSerializer(serializers.Serializer):
+    active_version = serializers.IntegerField(allow_null=True)
+    gateways = GatewayOutSerializer(many=True)
+    versions = VersionCountSerializer(many=True)
+
+
+class GatewayTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GatewayToken
+        fields = ("id", "name", "prefix", "created_at", "last_used_at", "revoked_at")
+        read_only_fields = ("id", "prefix", "created_at", "last_used_at", "revoked_at")
+
+
+class GatewayTokenCreatedSerializer(GatewayTokenSerializer):
+    secret = serializers.CharField(
+        read_only=True, help_text="Shown once; store it now."
+    )
+
+    class Meta(GatewayTokenSerializer.Meta):
+        fields = (*GatewayTokenSerializer.Meta.fields, "secret")
+
+
+class FieldChangeSerializer(serializers.Serializer):
+    field = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+
+class LimitChangeSerializer(serializers.Serializer):
+    dimension = serializers.CharField()
+    period = serializers.IntegerField()
+    kind = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+    fields = FieldChangeSerializer(many=True)
+    text = serializers.CharField()
+
+
+class AffectedSerializer(serializers.Serializer):
+    tiers = serializers.ListField(child=serializers.CharField())
+    tenants = serializers.ListField(child=serializers.CharField())
+    anonymous = serializers.BooleanField()
+
+
+class ChangeSerializer(serializers.Serializer):
+    subject = serializers.ChoiceField(choices=["tier", "tenant", "route", "policy"])
+    key = serializers.CharField()
+    kind = serializers.ChoiceField(
+        choices=["new", "raised", "lowered", "removed", "changed"]
+    )
+    direction = serializers.CharField(allow_null=True)
+    lowers = serializers.BooleanField(help_text="Some client can get less than before.")
+    text = serializers.CharField(help_text="The change in words.")
+    fields = FieldChangeSerializer(many=True)
+    limits = LimitChangeSerializer(many=True)
+    affected = serializers.JSONField()
+
+
+class DiffSerializer(serializers.Serializer):
+    old = serializers.JSONField(
+        help_text="The version compared from ('active', 'working' or a number)."
+    )
+    new = serializers.JSONField()
+    changes = ChangeSerializer(many=True)
+    counts = serializers.DictField(child=serializers.IntegerField())
+    lowers = serializers.BooleanField()
+    affected = AffectedSerializer()

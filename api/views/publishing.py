@@ -1,0 +1,196 @@
+"""Versions, publish, rollback, diff, explain and the fleet: thin views over limits' services."""
+
+from datetime import UTC, datetime
+
+from django.db.models import Max
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api.serializers.snapshots import (
+    DiffQuerySerializer,
+    DiffSerializer,
+    ExplainQuerySerializer,
+    ExplanationSerializer,
+    FleetSerializer,
+    PublishInputSerializer,
+    RollbackInputSerializer,
+    SnapshotSerializer,
+)
+from api.views.base import StrictQueryMixin, actor_from
+from limits.diffing import snapshot_diff
+from limits.enforcement.resolver import Candidate
+from limits.enforcement.snapshot import Policy, describe_limit
+from limits.explain import explain
+from limits.fleet import fleet_status
+from limits.models import Snapshot
+from limits.publishing import snapshot_publish
+from limits.rollback import snapshot_rollback
+from limits.selectors import snapshot_get_active, snapshot_list
+
+
+def _active_version() -> int | None:
+    return Snapshot.objects.filter(activated_at__isnull=False).aggregate(
+        v=Max("version")
+    )["v"]
+
+
+class SnapshotListView(StrictQueryMixin, generics.ListAPIView):
+    """Every published version, newest first, with its status and change counts."""
+
+    serializer_class = SnapshotSerializer
+    filter_backends = []
+
+    def get_queryset(self):
+        return snapshot_list()
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "active_version": _active_version()}
+
+    @extend_schema(operation_id="snapshot_list")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class SnapshotPublishView(APIView):
+    """Publish the working copy as the next version (product role)."""
+
+    @extend_schema(
+        operation_id="snapshot_publish",
+        request=PublishInputSerializer,
+        responses={201: SnapshotSerializer},
+    )
+    def post(self, request):
+        data = PublishInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        row = snapshot_publish(actor=actor_from(request), **data.validated_data)
+        return _created(row)
+
+
+class SnapshotRollbackView(APIView):
+    """Publish an earlier version's rules as a new version, and restore the working copy."""
+
+    @extend_schema(
+        operation_id="snapshot_rollback",
+        request=RollbackInputSerializer,
+        responses={201: SnapshotSerializer},
+    )
+    def post(self, request, version: int):
+        data = RollbackInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        row = snapshot_rollback(
+            actor=actor_from(request), version=version, **data.validated_data
+        )
+        return _created(row)
+
+
+def _created(row: Snapshot) -> Response:
+    body = SnapshotSerializer(row, context={"active_version": _active_version()}).data
+    return Response(
+        body, status=status.HTTP_201_CREATED, headers={"ETag": f'"{row.hash}"'}
+    )
+
+
+class SnapshotDiffView(StrictQueryMixin, APIView):
+    """Changes between two versions (or the active one and the working copy), classified."""
+
+    def known_query_params(self) -> set[str]:
+        return {"old", "new", "format"}
+
+    @extend_schema(
+        operation_id="snapshot_diff",
+        parameters=[DiffQuerySerializer],
+        responses={200: DiffSerializer},
+    )
+    def get(self, request):
+        query = DiffQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        diff = snapshot_diff(
+            old=query.validated_data["old"], new=query.validated_data["new"]
+        )
+        return Response({**query.validated_data, **diff.to_json()})
+
+
+class ExplainView(StrictQueryMixin, APIView):
+    """Which policy applies to a request, why, and the bucket keys it would be charged."""
+
+    def known_query_params(self) -> set[str]:
+        return {*ExplainQuerySerializer().fields, "format"}
+
+    @extend_schema(
+        operation_id="explain",
+        parameters=[ExplainQuerySerializer],
+        responses={200: ExplanationSerializer},
+    )
+    def get(self, request):
+        query = ExplainQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        result = explain(**query.validated_data)
+        resolution = result.resolution
+        return Response(
+            {
+                "source": result.source,
+                "version": result.version,
+                "tenant": result.tenant,
+                "tenant_known": result.tenant_known,
+                "tier": resolution.tier,
+                "route": resolution.route.slug if resolution.route else None,
+                "level": resolution.level.value,
+                "why": resolution.why(),
+                "policy": _policy(resolution.policy),
+                "keys": [
+                    {"key": k.key, "cost": k.cost, "limit": describe_limit(k.limit)}
+                    for k in result.keys
+                ],
+                "beaten": [_candidate(c) for c in resolution.beaten],
+                "expired": [_candidate(c) for c in resolution.expired],
+            }
+        )
+
+
+def _policy(policy: Policy) -> dict:
+    limits = [
+        {**limit.to_json(), "description": describe_limit(limit)}
+        for limit in policy.limits
+    ]
+    return {
+        "scope": policy.scope,
+        "route": policy.route,
+        "expires_at": policy.expires_at,
+        "description": policy.describe(),
+        "limits": limits,
+    }
+
+
+def _candidate(candidate: Candidate) -> dict:
+    return {**_policy(candidate.policy), "level": candidate.level.value}
+
+
+class FleetView(StrictQueryMixin, APIView):
+    """Every gateway, the version it runs and its state; how many gateways run each version."""
+
+    @extend_schema(operation_id="fleet_get", responses={200: FleetSerializer})
+    def get(self, request):
+        active = snapshot_get_active(light=True)
+        since = active.activated_at.timestamp() if active else None
+        fleet = fleet_status(
+            active_version=active.version if active else None, active_since=since
+        )
+        return Response(
+            {
+                "active_version": fleet.active_version,
+                "gateways": [
+                    {**_report(g.report), "state": g.state.value}
+                    for g in fleet.gateways
+                ],
+                "versions": [
+                    {"version": v, "gateways": n} for v, n in fleet.versions.items()
+                ],
+            }
+        )
+
+
+def _report(report) -> dict:
+    fields = {name: getattr(report, name) for name in report.__slots__}
+    return {**fields, "seen": datetime.fromtimestamp(report.seen, UTC)}

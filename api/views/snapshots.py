@@ -1,0 +1,213 @@
+"""What gateways call: the snapshot bundle (``docs/gateway-protocol.md``) and single versions.
+
+The bundle endpoint is a contract with every gateway in the fleet and the
+busiest path of the control plane: one Redis round trip and no database query
+for a 304, bytes prepared at publish time for a 200.
+"""
+
+import time
+
+from django.http import HttpResponse, HttpResponseNotModified
+from django.shortcuts import get_object_or_404
+from django.utils.http import parse_etags
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions
+from rest_framework.views import APIView
+
+from api.authentication import GatewayTokenAuthentication, bearer_secret
+from api.permissions import GatewayOrRole
+from api.schema import ErrorSerializer
+from limits.audit import client_ip
+from limits.bundle import snapshot_bundle_get
+from limits.fleet import GatewayReport, parse_gateway_id
+from limits.models import GatewayToken, Snapshot
+from limits.polling import gateway_poll
+
+GATEWAY_HEADERS = [
+    OpenApiParameter(
+        "Sluice-Gateway-Id",
+        str,
+        OpenApiParameter.HEADER,
+        required=True,
+        description="A stable id of the gateway, e.g. its host name.",
+    ),
+    OpenApiParameter(
+        "Sluice-Applied-Version",
+        int,
+        OpenApiParameter.HEADER,
+        description="The snapshot version the gateway enforces now.",
+    ),
+    OpenApiParameter(
+        "Sluice-Rejected-Version",
+        int,
+        OpenApiParameter.HEADER,
+        description="A version the gateway refused.",
+    ),
+    OpenApiParameter(
+        "Sluice-Rejected-Reason",
+        str,
+        OpenApiParameter.HEADER,
+        description="Why it refused it (one line).",
+    ),
+    OpenApiParameter(
+        "If-None-Match",
+        str,
+        OpenApiParameter.HEADER,
+        description="The ETag of the bundle the gateway holds.",
+    ),
+]
+MAX_REASON = 300
+
+
+def _reject_query(request) -> None:
+    if request.query_params:
+        raise exceptions.ValidationError(
+            {
+                name: ["Unknown query parameter."]
+                for name in sorted(request.query_params)
+            }
+        )
+
+
+def _optional_int(request, header: str) -> int | None:
+    value = request.headers.get(header)
+    if value is None or value == "":
+        return None
+    if not value.isdigit():
+        raise exceptions.ValidationError(
+            {header: ["Must be a snapshot version number."]}
+        )
+    return int(value)
+
+
+def gateway_report(request) -> GatewayReport:
+    """The ``Sluice-Gateway-*`` headers of a poll; 400 naming the header that is wrong."""
+    try:
+        gateway = parse_gateway_id(request.headers.get("Sluice-Gateway-Id", ""))
+    except ValueError as exc:
+        raise exceptions.ValidationError(
+            {"Sluice-Gateway-Id": [str(exc).capitalize() + "."]}
+        ) from None
+    reason = request.headers.get("Sluice-Rejected-Reason", "")[:MAX_REASON]
+    return GatewayReport(
+        gateway=gateway,
+        applied=_optional_int(request, "Sluice-Applied-Version"),
+        rejected=_optional_int(request, "Sluice-Rejected-Version"),
+        reason=reason,
+        seen=time.time(),
+        token="",
+        address=client_ip(request.META) or "",
+    )
+
+
+def _not_modified(request, etag: str) -> bool:
+    tags = parse_etags(request.headers.get("If-None-Match", ""))
+    return etag in tags or "*" in tags
+
+
+def _bytes_response(
+    request, *, body: bytes, body_gzip: bytes, etag: str
+) -> HttpResponse:
+    gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
+    response = HttpResponse(
+        body_gzip if gzip_ok else body, content_type="application/json"
+    )
+    if gzip_ok:
+        response["Content-Encoding"] = "gzip"
+    response["ETag"] = etag
+    response["Vary"] = "Accept-Encoding"
+    return response
+
+
+class SnapshotBundleView(APIView):
+    """The active snapshot and the scheduled ones, for gateways; 304 when unchanged."""
+
+    authentication_classes = []  # the token is checked inside the poll's one Redis call
+    permission_classes = []
+    throttle_classes = []
+
+    def get_authenticate_header(self, request):
+        return GatewayTokenAuthentication().authenticate_header(request)
+
+    @extend_schema(
+        operation_id="snapshot_bundle_get",
+        parameters=GATEWAY_HEADERS,
+        auth=[{"gatewayToken": []}],
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description='{"active": document, "scheduled": [documents]}',
+            ),
+            304: OpenApiResponse(description="The bundle has not changed."),
+            400: ErrorSerializer,
+            401: ErrorSerializer,
+            503: OpenApiResponse(
+                ErrorSerializer, description="Nothing has been published yet."
+            ),
+        },
+    )
+    def get(self, request):
+        _reject_query(request)
+        secret = bearer_secret(request, GatewayToken.PREFIX)
+        if secret is None:
+            raise exceptions.NotAuthenticated(
+                "A gateway token is required: Authorization: Bearer slg_..."
+            )
+        outcome = gateway_poll(secret=secret, report=gateway_report(request))
+        if not outcome.authorized:
+            raise exceptions.AuthenticationFailed("Invalid or revoked gateway token.")
+        if outcome.etag is not None and _not_modified(request, outcome.etag):
+            return _not_modified_response(outcome.etag)
+        bundle = snapshot_bundle_get()
+        if bundle is None:
+            raise NothingPublished()
+        if _not_modified(request, bundle.etag):
+            return _not_modified_response(bundle.etag)
+        return _bytes_response(
+            request, body=bundle.body, body_gzip=bundle.body_gzip, etag=bundle.etag
+        )
+
+
+def _not_modified_response(etag: str) -> HttpResponseNotModified:
+    response = HttpResponseNotModified()
+    response["ETag"] = etag
+    return response
+
+
+class NothingPublished(exceptions.APIException):
+    status_code = 503
+    default_detail = (
+        "Nothing has been published yet; keep the rules you have and poll again."
+    )
+    default_code = "nothing_published"
+
+
+class SnapshotDocumentView(APIView):
+    """One published version's document, as stored (gateway tokens and people)."""
+
+    permission_classes = [GatewayOrRole]
+
+    @extend_schema(
+        operation_id="snapshot_document_get",
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="A snapshot document."
+            )
+        },
+    )
+    def get(self, request, version: int):
+        _reject_query(request)
+        row = get_object_or_404(
+            Snapshot.objects.only("content", "content_gzip", "hash"), version=version
+        )
+        response = _bytes_response(
+            request,
+            body=bytes(row.content),
+            body_gzip=bytes(row.content_gzip),
+            etag=f'"{row.hash}"',
+        )
+        response["Cache-Control"] = (
+            "public, max-age=31536000, immutable"  # versions never change
+        )
+        return response

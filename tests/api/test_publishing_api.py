@@ -1,0 +1,158 @@
+"""Publishing from automation: versions, publish, rollback, diff and explain over HTTP."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from limits.choices import AuditAction
+from limits.models import AuditEntry, GatewayToken, Limit, Snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def product_api(api, product_user, redis_client):
+    return api.as_user(product_user)
+
+
+def _publish(api, **body):
+    return api.post(
+        "/api/v1/snapshots/publish", {"message": "ci publish", **body}, format="json"
+    )
+
+
+def test_publish__working_copy__201_version_with_etag_and_audit(product_api, rules):
+    response = _publish(product_api)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["version"], body["status"], body["kind"]) == (1, "active", "publish")
+    assert response["ETag"] == body["etag"]
+    assert AuditEntry.objects.filter(action=AuditAction.PUBLISH).count() == 1
+
+
+def test_publish__unchanged_rules__400_saying_so(product_api, rules):
+    _publish(product_api)
+    response = _publish(product_api)
+    assert response.status_code == 400
+    assert (
+        "nothing" in str(response.json()).lower()
+        or "unchanged" in str(response.json()).lower()
+    )
+    assert Snapshot.objects.count() == 1
+
+
+def test_publish__invalid_rules__400_naming_object_and_nothing_stored(
+    product_api, rules
+):
+    # Given a route whose cost is above a policy's burst, written behind the service's back
+    rules["search"].__class__.objects.filter(pk=rules["search"].pk).update(cost=500)
+    response = _publish(product_api)
+    assert response.status_code == 400
+    assert "below the request cost 500" in str(response.json())
+    assert not Snapshot.objects.exists()
+
+
+def test_publish__future_effective_time__scheduled(product_api, rules):
+    later = (timezone.now() + timedelta(days=2)).isoformat()
+    _publish(product_api)
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=20, burst=40)
+    response = _publish(product_api, effective_at=later)
+    assert response.json()["status"] == "scheduled"
+    listing = product_api.get("/api/v1/snapshots").json()["results"]
+    assert [(v["version"], v["status"]) for v in listing] == [
+        (2, "scheduled"),
+        (1, "active"),
+    ]
+
+
+@pytest.mark.parametrize("role", ["support", "viewer"])
+def test_publish__not_product__403(api, request, rules, redis_client, role):
+    api.as_user(request.getfixturevalue(f"{role}_user"))
+    assert _publish(api).status_code == 403
+    assert not Snapshot.objects.exists()
+
+
+def test_rollback__earlier_version__new_version_with_its_rules(product_api, rules):
+    _publish(product_api)
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=70, burst=140)
+    _publish(product_api)
+    response = product_api.post(
+        "/api/v1/snapshots/1/rollback", {"message": "too generous"}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert (response.json()["version"], response.json()["restored_version"]) == (3, 1)
+    assert (
+        Limit.objects.get(policy=rules["pro_search"]).rate == 50
+    )  # the working copy follows
+
+
+def test_rollback__unknown_version__4xx(product_api, rules):
+    _publish(product_api)
+    response = product_api.post(
+        "/api/v1/snapshots/9/rollback", {"message": "x"}, format="json"
+    )
+    assert response.status_code in (400, 404)
+
+
+def test_diff__working_copy_against_active__classified_changes(product_api, rules):
+    _publish(product_api)
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=20, burst=40)
+    diff = product_api.get("/api/v1/snapshots/diff?old=active&new=working").json()
+    (change,) = diff["changes"]
+    assert change["kind"] == "lowered"
+    assert diff["lowers"] is True
+    assert "acme" in diff["affected"]["tenants"]
+    assert "50 / s, burst 100 → 20 / s, burst 40" in change["text"]
+
+
+@pytest.mark.parametrize("query", ["old=banana", "new=-1", "colour=blue"])
+def test_diff__bad_query__400(product_api, rules, query):
+    assert product_api.get(f"/api/v1/snapshots/diff?{query}").status_code == 400
+
+
+def test_explain__tenant_and_path__policy_keys_and_what_it_beat(product_api, rules):
+    _publish(product_api)
+    body = product_api.get(
+        "/api/v1/explain?tenant=acme&method=GET&path=/v1/search&ip=203.0.113.9"
+    ).json()
+    assert body["policy"]["description"] == "tier pro · search"
+    assert body["level"] == "tier · route"
+    assert [k["key"] for k in body["keys"]] == [
+        "rl:{tenant:acme}:route:search:tenant:acme:1s"
+    ]
+    assert [b["description"] for b in body["beaten"]] == ["default · all routes"]
+
+
+def test_explain__working_copy_before_any_publish__answers(product_api, rules):
+    body = product_api.get(
+        "/api/v1/explain?tenant=initech&route=search&source=working"
+    ).json()
+    assert body["version"] is None
+    assert body["policy"]["description"] == "tier free · all routes"
+
+
+def test_explain__nothing_published__400_saying_so(product_api, rules):
+    response = product_api.get("/api/v1/explain?tenant=acme&route=search")
+    assert response.status_code == 400
+    assert "Nothing has been published" in str(response.json())
+
+
+def test_gateway_tokens__product_creates_viewer_reads_secret_once(
+    api, product_user, viewer_user
+):
+    created = api.as_user(product_user).post(
+        "/api/v1/gateway-tokens", {"name": "gw-1"}, format="json"
+    )
+    assert created.status_code == 201
+    assert created.json()["secret"].startswith("slg_")
+    listing = api.as_user(viewer_user).get("/api/v1/gateway-tokens").json()["results"]
+    assert [t["name"] for t in listing] == ["gw-1"]
+    assert "secret" not in listing[0]
+    assert (
+        api.post("/api/v1/gateway-tokens", {"name": "x"}, format="json").status_code
+        == 403
+    )
+    assert api.delete(f"/api/v1/gateway-tokens/{listing[0]['id']}").status_code == 403
+    api.as_user(product_user).delete(f"/api/v1/gateway-tokens/{listing[0]['id']}")
+    assert GatewayToken.objects.get().revoked_at is not None

@@ -1,0 +1,230 @@
+"""The gateway endpoint as a contract: 200 with prepared bytes, 304 without a query, errors in JSON."""
+
+import gzip
+import json
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from limits.audit import Actor
+from limits.bundle import snapshot_bundle_get
+from limits.enforcement.bundle import parse_bundle_bytes
+from limits.models import GatewayToken, Limit
+from limits.publishing import snapshot_publish
+from limits.tokens import token_create, token_revoke
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/snapshot"
+
+
+@pytest.fixture
+def published(rules, redis_client, django_capture_on_commit_callbacks):
+    """Version 1 of the `rules` working copy, active, with its bundle in Redis."""
+    with django_capture_on_commit_callbacks(execute=True):
+        return snapshot_publish(actor=Actor.system(), message="first")
+
+
+@pytest.fixture
+def gateway_secret(db):
+    return token_create(token=GatewayToken(name="gw-eu-1"), actor=Actor.system())
+
+
+def _poll(client, secret, **headers):
+    headers = {"HTTP_SLUICE_GATEWAY_ID": "gw-eu-1", **headers}
+    return client.get(URL, HTTP_AUTHORIZATION=f"Bearer {secret}", **headers)
+
+
+def test_snapshot__first_poll__200_with_the_bundle_gateways_parse(
+    client, published, gateway_secret
+):
+    # Given version 1 is active / When a gateway polls without an ETag
+    response = _poll(client, gateway_secret)
+    # Then it gets the bundle its client parses, with the stored document as is
+    assert response.status_code == 200
+    bundle = parse_bundle_bytes(response.content)
+    assert bundle.active.version == 1
+    assert bundle.scheduled == ()
+    assert json.loads(response.content)["active"] == json.loads(
+        bytes(published.content)
+    )
+    assert response["ETag"] == snapshot_bundle_get().etag
+
+
+def test_snapshot__matching_if_none_match__304_without_queries(
+    client, published, gateway_secret, django_assert_num_queries
+):
+    # Given a gateway that runs the active version (and whose token was seen once)
+    etag = _poll(client, gateway_secret)["ETag"]
+    # When it polls with that ETag
+    with django_assert_num_queries(0):
+        response = _poll(
+            client,
+            gateway_secret,
+            HTTP_IF_NONE_MATCH=etag,
+            HTTP_SLUICE_APPLIED_VERSION="1",
+        )
+    # Then
+    assert response.status_code == 304
+    assert response["ETag"] == etag
+    assert response.content == b""
+
+
+def test_snapshot__gzip_asked__same_bytes_compressed(client, published, gateway_secret):
+    plain = _poll(client, gateway_secret).content
+    response = _poll(client, gateway_secret, HTTP_ACCEPT_ENCODING="gzip, br")
+    assert response["Content-Encoding"] == "gzip"
+    assert gzip.decompress(response.content) == plain
+
+
+def test_snapshot__scheduled_version__carried_with_its_effective_time(
+    client, published, gateway_secret, rules, django_capture_on_commit_callbacks
+):
+    # Given a lowering published to take effect tomorrow
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=20, burst=40)
+    tomorrow = timezone.now() + timedelta(days=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        snapshot_publish(
+            actor=Actor.system(), message="lower pro search", effective_at=tomorrow
+        )
+    # When a gateway polls
+    bundle = parse_bundle_bytes(_poll(client, gateway_secret).content)
+    # Then it has both, and switches by itself at the effective time
+    assert bundle.active.version == 1
+    assert [s.version for s in bundle.scheduled] == [2]
+    assert bundle.in_force(tomorrow.timestamp() + 1).version == 2
+
+
+def test_snapshot__etag_changes_when_a_version_is_scheduled(
+    client, published, gateway_secret, rules, django_capture_on_commit_callbacks
+):
+    etag = _poll(client, gateway_secret)["ETag"]
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=20, burst=40)
+    with django_capture_on_commit_callbacks(execute=True):
+        snapshot_publish(
+            actor=Actor.system(),
+            message="later",
+            effective_at=timezone.now() + timedelta(days=1),
+        )
+    assert _poll(client, gateway_secret, HTTP_IF_NONE_MATCH=etag).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("authorization", "detail"),
+    [
+        (None, "gateway token is required"),
+        ("Bearer slg_wrong", "Invalid or revoked"),
+        ("Basic abc", "required"),
+    ],
+)
+def test_snapshot__no_or_wrong_token__401_json(
+    client, published, authorization, detail
+):
+    headers = {"HTTP_SLUICE_GATEWAY_ID": "gw"}
+    if authorization:
+        headers["HTTP_AUTHORIZATION"] = authorization
+    response = client.get(URL, **headers)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert detail in response.json()["detail"]
+
+
+def test_snapshot__revoked_token__401(
+    client, published, django_capture_on_commit_callbacks
+):
+    token = GatewayToken(name="gw")
+    secret = token_create(token=token, actor=Actor.system())
+    assert _poll(client, secret).status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        token_revoke(token=token, actor=Actor.system())
+    assert _poll(client, secret).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("headers", "field"),
+    [
+        ({"HTTP_SLUICE_GATEWAY_ID": "has space"}, "Sluice-Gateway-Id"),
+        ({"HTTP_SLUICE_GATEWAY_ID": ""}, "Sluice-Gateway-Id"),
+        ({"HTTP_SLUICE_APPLIED_VERSION": "v3"}, "Sluice-Applied-Version"),
+        ({"HTTP_SLUICE_REJECTED_VERSION": "-1"}, "Sluice-Rejected-Version"),
+    ],
+)
+def test_snapshot__malformed_header__400_naming_it(
+    client, published, gateway_secret, headers, field
+):
+    response = _poll(client, gateway_secret, **headers)
+    assert response.status_code == 400
+    assert field in response.json()["fields"]
+
+
+def test_snapshot__unknown_query_parameter__400(client, published, gateway_secret):
+    response = client.get(
+        URL + "?version=3",
+        HTTP_AUTHORIZATION=f"Bearer {gateway_secret}",
+        HTTP_SLUICE_GATEWAY_ID="gw",
+    )
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"version": ["Unknown query parameter."]}
+
+
+def test_snapshot__nothing_published__503_json(client, gateway_secret, redis_client):
+    response = _poll(client, gateway_secret)
+    assert response.status_code == 503
+    assert response.json()["error"] == "nothing_published"
+
+
+def test_snapshot_document__gateway_token__reads_one_version(
+    client, published, gateway_secret
+):
+    response = client.get(
+        "/api/v1/snapshots/1", HTTP_AUTHORIZATION=f"Bearer {gateway_secret}"
+    )
+    assert response.status_code == 200
+    assert response.content == bytes(published.content)
+    assert response["ETag"] == f'"{published.hash}"'
+    assert (
+        client.get(
+            "/api/v1/snapshots/9", HTTP_AUTHORIZATION=f"Bearer {gateway_secret}"
+        ).status_code
+        == 404
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["/api/v1/tiers", "/api/v1/fleet", "/api/v1/snapshots", "/api/v1/audit"]
+)
+def test_gateway_token__management_endpoints__403(
+    client, published, gateway_secret, url
+):
+    assert (
+        client.get(url, HTTP_AUTHORIZATION=f"Bearer {gateway_secret}").status_code
+        == 403
+    )
+
+
+def test_fleet__after_polls__each_gateway_with_its_version_and_state(
+    client, published, gateway_secret, viewer_user
+):
+    # Given one gateway in sync and one that rejected the bundle
+    _poll(client, gateway_secret, HTTP_SLUICE_APPLIED_VERSION="1")
+    _poll(
+        client,
+        gateway_secret,
+        HTTP_SLUICE_GATEWAY_ID="gw-us-2",
+        HTTP_SLUICE_REJECTED_VERSION="1",
+        HTTP_SLUICE_REJECTED_REASON="hash mismatch",
+    )
+    client.force_login(viewer_user)
+    # When a person reads the fleet from the API and the admin
+    fleet = client.get("/api/v1/fleet").json()
+    page = client.get(reverse("admin:limits_fleet")).content.decode()
+    # Then both show every gateway with its state and the versions in use
+    states = {g["gateway"]: (g["state"], g["applied"]) for g in fleet["gateways"]}
+    assert states == {"gw-eu-1": ("in sync", 1), "gw-us-2": ("error", None)}
+    assert fleet["active_version"] == 1
+    assert {"version": 1, "gateways": 1} in fleet["versions"]
+    assert "gw-eu-1" in page
+    assert "hash mismatch" in page
+    assert all(g["token"] == gateway_secret[:12] for g in fleet["gateways"])
