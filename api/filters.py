@@ -1,5 +1,7 @@
 """Filters of the list endpoints (django-filter)."""
 
+from datetime import UTC
+
 import django_filters
 
 from limits.models import AuditEntry, Limit, Policy, Route, Tenant
@@ -44,9 +46,16 @@ class LimitFilter(django_filters.FilterSet):
         fields = ("policy", "dimension", "period", "shadow")
 
 
+class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 time in any offset, compared in UTC (Postgres refuses offsets past ±16h)."""
+
+    def filter(self, qs, value):
+        return super().filter(qs, value.astimezone(UTC) if value else value)
+
+
 class AuditFilter(django_filters.FilterSet):
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UTCDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UTCDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEntry

@@ -10,9 +10,12 @@ class ErrorSerializer(serializers.Serializer):
     )
     detail = serializers.CharField(help_text="What went wrong, for people.")
     fields = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
+        child=serializers.JSONField(),
         required=False,
-        help_text="With 400: the messages of each field at fault.",
+        help_text=(
+            "With 400: for each field at fault, its messages; for an item of a list or a "
+            'nested object, an object keyed by index or member: {"limits": {"0": {"burst": [...]}}}.'
+        ),
     )
 
 
