@@ -8,7 +8,8 @@ from django.db import transaction
 from limits import rules
 from limits.audit import Actor
 from limits.choices import Dimension, FailureMode, Period, Role, ScopeKind
-from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.models import Limit, Policy, Route, Snapshot, Tenant, Tier
+from limits.publishing import snapshot_publish
 
 TIERS = [("free", "Free", 0), ("pro", "Pro", 1), ("enterprise", "Enterprise", 2)]
 ROUTES = [
@@ -101,6 +102,10 @@ class Command(BaseCommand):
             self._policy(scope, subject, route, limits, tiers, tenants, routes, actor)
         for username, role in USERS:
             self._user(username, role)
+        if not Snapshot.objects.exists():
+            snapshot_publish(
+                actor=actor, message="Demo rules: tiers free, pro and enterprise."
+            )
         self.stdout.write(
             "Demo data ready. Log in as admin/admin (also product, support, viewer: password = name)."
         )
