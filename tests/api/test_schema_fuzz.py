@@ -52,7 +52,7 @@ def product_token(product_user, rules, redis_client):
 @pytest.mark.django_db
 @schema.parametrize()
 @settings(
-    max_examples=12,
+    max_examples=8,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,

@@ -13,13 +13,12 @@ from limits.choices import AuditAction
 from limits.models import AuditEntry, Limit, Snapshot
 from limits.publishing import snapshot_publish
 from tests.celery_fixtures import wait_until
-from tests.limits.conftest import rules  # noqa: F401  (the same working copy)
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 
 def test_scheduled_snapshot__effective_time_comes__activated_by_beat(
-    rules,  # noqa: F811
+    rules,
     redis_client,
     celery_worker,
     celery_beat,
