@@ -2,6 +2,11 @@
 
 from rest_framework.routers import DefaultRouter
 
+from .views.announcements import (
+    AnnouncementViewSet,
+    DeliveryViewSet,
+    WebhookEndpointViewSet,
+)
 from .views.audit import ApiTokenViewSet, AuditEntryViewSet
 from .views.rules import (
     LimitViewSet,
@@ -21,5 +26,8 @@ router.register("policies", PolicyViewSet)
 router.register("limits", LimitViewSet)
 router.register("audit", AuditEntryViewSet)
 router.register("tokens", ApiTokenViewSet, basename="token")
+router.register("announcements", AnnouncementViewSet)
+router.register("webhook-endpoints", WebhookEndpointViewSet)
+router.register("deliveries", DeliveryViewSet)
 
 urlpatterns = router.urls

@@ -10,6 +10,8 @@ from limits.audit import Actor
 from limits.choices import Dimension, Role, ScopeKind
 from limits.models import Limit, Policy
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory
+from tests.limits.announce_fixtures import published  # noqa: F401  (fixture)
+from tests.receiver import receiver  # noqa: F401  (fixture)
 
 
 def default_policy() -> Policy:
