@@ -28,6 +28,13 @@ class Receiver:
     statuses: list[int] = field(default_factory=list)
     requests: list[Received] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
+    #: when set by a test, each answer waits until the event is set
+    hold: threading.Event | None = None
+    arrived: threading.Event = field(default_factory=threading.Event)
+
+    def wait_for_request(self, timeout: float = 30) -> None:
+        if not self.arrived.wait(timeout):
+            raise TimeoutError("no request arrived")
 
     @property
     def url(self) -> str:
@@ -40,6 +47,9 @@ class Receiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.requests.append(Received(dict(self.headers), body))
+                receiver.arrived.set()
+                if receiver.hold is not None:
+                    receiver.hold.wait(30)
                 code = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(code)
                 self.end_headers()
