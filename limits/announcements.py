@@ -108,13 +108,14 @@ def announcement_notify(*, announcement_id: int) -> int:
     """Create and queue the notifications of a version, once; return how many.
 
     Running it again (a retried or duplicated task) finds ``notified_at`` set
-    under the row lock and does nothing. A cancelled version notifies no one.
+    under the row lock and does nothing. A cancelled version notifies no one,
+    nor does the first version (there were no limits to change, only to set).
     """
     announcement = _locked(announcement_id)
     if announcement.notified_at is not None:
         return 0
-    ids = []
-    if announcement.snapshot.superseded_at is None:
+    ids, snapshot = [], announcement.snapshot
+    if snapshot.superseded_at is None and snapshot.parent_version is not None:
         ids = _fan_out(announcement, DeliveryKind.ANNOUNCEMENT, 0)
     announcement.notified_at = timezone.now()
     announcement.save(update_fields=["notified_at", "updated_at"])
