@@ -6,6 +6,7 @@ are shown once, in a message, when an endpoint is created or its secret rotated.
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -42,6 +43,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     readonly_fields = ("secret_prefix", "created_at", "updated_at")
     actions = ["send_test_event", "rotate_secret"]
     change_form_template = "admin/limits/webhookendpoint/change_form.html"
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def save_model(self, request, obj, form, change):
         actor = Actor.from_request(request)
