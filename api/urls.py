@@ -3,6 +3,11 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from api.views.announcements import (
+    AnnouncementViewSet,
+    DeliveryViewSet,
+    WebhookEndpointViewSet,
+)
 from api.views.audit import AuditEntryViewSet
 from api.views.publishing import (
     ExplainView,
@@ -34,6 +39,9 @@ router.register("limits", LimitViewSet)
 router.register("audit", AuditEntryViewSet)
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("gateway-tokens", GatewayTokenViewSet, basename="gateway-token")
+router.register("announcements", AnnouncementViewSet)
+router.register("webhook-endpoints", WebhookEndpointViewSet)
+router.register("deliveries", DeliveryViewSet)
 
 urlpatterns = [
     # Gateways

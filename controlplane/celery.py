@@ -22,3 +22,9 @@ def schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
         name="activate scheduled snapshots",
         expires=float(settings.SLUICE_ACTIVATION_INTERVAL),
     )
+    sender.add_periodic_task(
+        float(settings.SLUICE_ANNOUNCE_INTERVAL),
+        sender.signature("limits.announcements_dispatch_due"),
+        name="send due reminders, re-queue lost notifications",
+        expires=float(settings.SLUICE_ANNOUNCE_INTERVAL),
+    )

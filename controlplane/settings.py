@@ -45,6 +45,22 @@ def env_int(name: str, default: int) -> int:
         ) from None
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def env_durations(name: str, default: str) -> list[int]:
+    """Durations such as ``7d,1d`` or ``12h,30m,90s``, as whole seconds, largest first."""
+    seconds = []
+    for item in env_list(name, default):
+        number, unit = item[:-1], item[-1:]
+        if unit not in _UNITS or not number.isdigit() or int(number) < 1:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not a duration such as 7d, 12h, 30m or 90s"
+            )
+        seconds.append(int(number) * _UNITS[unit])
+    return sorted(set(seconds), reverse=True)
+
+
 DEBUG = env_bool("DEBUG", True)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
@@ -171,6 +187,21 @@ SLUICE_FLEET_SILENT_AFTER = env_int("SLUICE_FLEET_SILENT_AFTER", 60)
 SLUICE_FLEET_STALE_AFTER = env_int("SLUICE_FLEET_STALE_AFTER", 60)
 #: Seconds between two runs of the beat task that activates scheduled snapshots.
 SLUICE_ACTIVATION_INTERVAL = env_int("SLUICE_ACTIVATION_INTERVAL", 5)
+
+#: Days a version that lowers anyone's limits must be published ahead of taking effect.
+SLUICE_NOTICE_PERIOD_DAYS = env_int("SLUICE_NOTICE_PERIOD_DAYS", 14)
+#: Reminders to the tenants affected, this long before a lowering takes effect.
+SLUICE_REMINDERS = env_durations("SLUICE_REMINDERS", "7d,1d")
+#: Seconds between two runs of the beat task that sends due reminders and
+#: re-queues announcements and deliveries whose task was lost.
+SLUICE_ANNOUNCE_INTERVAL = env_int("SLUICE_ANNOUNCE_INTERVAL", 60)
+#: Seconds a webhook endpoint has to answer one delivery attempt.
+SLUICE_WEBHOOK_TIMEOUT = env_int("SLUICE_WEBHOOK_TIMEOUT", 10)
+#: Fernet keys that encrypt webhook signing secrets at rest, comma-separated: the
+#: first encrypts, every one decrypts (rotation). Empty: one derived from SECRET_KEY.
+SLUICE_SECRET_KEYS = env_list("SLUICE_SECRET_KEYS", "")
+#: The address customers reach the changelog at, for links in webhooks and emails.
+SLUICE_PUBLIC_URL = os.environ.get("SLUICE_PUBLIC_URL", "http://127.0.0.1:8000")
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")

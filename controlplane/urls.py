@@ -1,4 +1,4 @@
-"""Root URLs: the admin, the API, and its schema and documentation."""
+"""Root URLs: the admin, the API, its schema and documentation, and the public changelog."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -13,6 +13,7 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("api.urls")),
+    path("changelog/", include("limits.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",

@@ -60,6 +60,7 @@ class AuditAction(models.TextChoices):
     ACTIVATE = "activate"
     TOKEN_CREATE = "token_create", "token created"
     TOKEN_REVOKE = "token_revoke", "token revoked"
+    RESEND = "resend", "notification resent"
 
 
 class SnapshotKind(models.TextChoices):
@@ -85,3 +86,28 @@ class Role(models.TextChoices):
     PRODUCT = "product", "product: edits everything, publishes"
     SUPPORT = "support", "support: temporary tenant overrides"
     VIEWER = "viewer", "viewer: reads"
+
+
+class DeliveryChannel(models.TextChoices):
+    """How a tenant is told: a signed webhook to one endpoint, or an email to its contacts."""
+
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+
+
+class DeliveryKind(models.TextChoices):
+    """Why a notification is sent."""
+
+    ANNOUNCEMENT = "announcement", "announcement of a new version"
+    REMINDER = "reminder", "reminder before a lowering takes effect"
+    TEST = "test", "test event"
+
+
+class DeliveryState(models.TextChoices):
+    """pending -> delivered, or -> retrying -> ... -> delivered | failed; a resend
+    puts a delivered or failed notification back to pending."""
+
+    PENDING = "pending", "pending: queued, not tried yet"
+    RETRYING = "retrying", "retrying: an attempt failed, another is scheduled"
+    DELIVERED = "delivered", "delivered"
+    FAILED = "failed", "failed: gave up"

@@ -39,10 +39,15 @@ class EffectiveLimit:
 
 
 def effective_limits(
-    *, tenant: Tenant, now: float | None = None
+    *, tenant: Tenant, now: float | None = None, source: str = "working"
 ) -> list[EffectiveLimit]:
-    """For every route of the working copy, the policy that applies to ``tenant`` and why."""
-    rules = rules_compile(tenant=tenant)
+    """For every route, the policy that applies to ``tenant`` and why: in the working
+    copy, or with ``source="active"`` in the version gateways enforce (ValidationError
+    if nothing is published yet)."""
+    if source == ExplainSource.WORKING_COPY:
+        rules = rules_compile(tenant=tenant)
+    else:
+        rules = _rules(ExplainSource(source), tenant.slug)[0]
     resolver = Resolver(rules)
     now = time.time() if now is None else now
     rows = [

@@ -1,7 +1,10 @@
 """Publishing: the working copy, validated and compiled, stored as the next version.
 
-Compiling lives in ``limits.compiling`` (re-exported here). Publishing, rolling back and activating are serialized by one Postgres advisory
-lock, so versions are consecutive and nothing is lost when two happen at once;
+Compiling lives in ``limits.compiling`` and refusals in ``limits.problems``
+(both re-exported here). Every version gets its announcement in the same
+transaction (``limits.announcements``), after the notice rule
+(``limits.notice``) allowed it. Publishing, rolling back and activating are
+serialized by one Postgres advisory lock, so versions are consecutive and nothing is lost when two happen at once;
 a publish also holds the rule tables in SHARE mode until it commits, so that it
 compiles one consistent state of the working copy. See ``docs/publishing.md``
 for the activation rules (active, scheduled, superseded).
@@ -12,12 +15,13 @@ from __future__ import annotations
 import gzip
 from datetime import UTC, datetime
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
 from limits import models
+from limits.announcements import announcement_create
 from limits.audit import Actor, audit_record
 from limits.bundle import snapshot_bundle_refresh
 from limits.choices import AuditAction, SnapshotKind
@@ -29,7 +33,10 @@ from limits.compiling import (
 )
 from limits.diffing import rules_diff
 from limits.enforcement import snapshot
-from limits.enforcement.validation import Problem, validate_rules
+from limits.enforcement.validation import validate_rules
+from limits.notice import notice_check, notice_days
+from limits.problems import InvalidRules, NothingToPublish, problem_text
+from limits.roles import require_publisher
 from limits.selectors import snapshot_rules
 
 __all__ = [
@@ -53,41 +60,6 @@ PUBLISH_LOCK = 0x5_1C_E_9B_1
 _RULE_TABLES = "limits_tier, limits_tenant, limits_route, limits_policy, limits_limit"
 
 
-class InvalidRules(ValidationError):
-    """The working copy cannot be published; ``problems`` say which object and why."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__([problem_text(p) for p in problems], code="invalid_rules")
-
-
-class NothingToPublish(ValidationError):
-    """The rules are those of the version they would replace, and no scheduled
-    version would be superseded (cancelling one is a change worth publishing)."""
-
-    def __init__(self, version: int) -> None:
-        super().__init__(
-            f"Nothing to publish: the rules are the same as version {version}. "
-            "Change a rule first.",
-            code="unchanged",
-        )
-
-
-def problem_text(problem: Problem) -> str:
-    """``policy tier pro · search, limit 1, burst: burst 1 is below the request cost 5``."""
-    if problem.kind != "policy":
-        return f"{problem.kind} {problem.key}, {problem.field}: {problem.message}"
-    scope, _, route = problem.key.rstrip("~").partition("/")
-    where = snapshot.Policy(
-        scope=scope, route=route, limits=(), expires_at=None
-    ).describe() + (" (override)" if problem.key.endswith("~") else "")
-    field = problem.field
-    if field.startswith("limits["):
-        index, _, rest = field[len("limits[") :].partition("]")
-        field = f"limit {int(index) + 1}" + (f", {rest.lstrip('.')}" if rest else "")
-    return f"policy {where}, {field}: {problem.message}"
-
-
 def publishing_lock(*, rules: bool) -> None:
     """Serialize publishing in the current transaction; with ``rules``, also hold off
     rule edits until commit, so that the working copy is read as one consistent state."""
@@ -97,26 +69,33 @@ def publishing_lock(*, rules: bool) -> None:
             cursor.execute(f"LOCK TABLE {_RULE_TABLES} IN SHARE MODE")
 
 
-def require_publisher(actor: Actor) -> None:
-    """Only product (and superusers) publish; the system (commands, Celery) may too."""
-    if actor.user is not None and not actor.user.has_perm("limits.publish_snapshot"):
-        raise PermissionDenied("Only the product role may publish or roll back.")
-
-
 @transaction.atomic
 def snapshot_publish(
-    *, actor: Actor, message: str, effective_at: datetime | None = None
+    *,
+    actor: Actor,
+    message: str,
+    effective_at: datetime | None = None,
+    note: str = "",
+    emergency_reason: str = "",
 ) -> models.Snapshot:
     """Validate and compile the working copy and store it as the next version.
 
-    Takes effect now, or at ``effective_at`` (in the future). Raises
-    InvalidRules (nothing written), NothingToPublish, ValidationError for a bad
-    message or time, PermissionDenied for a role that may not publish.
+    Takes effect now, or at ``effective_at`` (in the future). ``note`` is the
+    public note of its announcement; ``emergency_reason`` lets a lowering take
+    effect before the notice period ends (``limits.notice``) and marks it as an
+    emergency. Raises InvalidRules (nothing written), NothingToPublish,
+    NoticePeriodTooShort, ValidationError for a bad message or time,
+    PermissionDenied for a role that may not publish.
     """
     require_publisher(actor)
     publishing_lock(rules=True)
     return snapshot_store(
-        actor=actor, rules=rules_compile(), message=message, effective_at=effective_at
+        actor=actor,
+        rules=rules_compile(),
+        message=message,
+        effective_at=effective_at,
+        note=note,
+        emergency_reason=emergency_reason,
     )
 
 
@@ -127,8 +106,11 @@ def snapshot_store(
     message: str,
     effective_at: datetime | None = None,
     restored_version: int | None = None,
+    note: str = "",
+    emergency_reason: str = "",
 ) -> models.Snapshot:
-    """Store ``rules`` as the next version; call with :func:`publishing_lock` held."""
+    """Store ``rules`` as the next version, with its announcement; call with
+    :func:`publishing_lock` held."""
     problems = validate_rules(rules)
     if problems:
         raise InvalidRules(problems)
@@ -141,17 +123,31 @@ def snapshot_store(
     row = _snapshot_row(
         rules, parent, published_at, effective, message=_message(message)
     )
+    emergency_reason = emergency_reason.strip()
+    notice_check(
+        diff=row.diff,
+        published_at=published_at,
+        effective_at=effective,
+        emergency_reason=emergency_reason,
+    )
     row.kind = SnapshotKind.ROLLBACK if restored_version else SnapshotKind.PUBLISH
     row.restored_version = restored_version
     row.author, row.author_id = actor.username, getattr(actor.user, "pk", None)
     row.save()
     superseded = _supersede(row, now)
+    announced = announcement_create(
+        snapshot=row,
+        note=note,
+        emergency_reason=emergency_reason,
+        notice_days=notice_days(),
+    )
     audit_record(
         actor=actor,
         action=AuditAction.ROLLBACK if restored_version else AuditAction.PUBLISH,
         obj=row,
-        after=_audited(row, superseded),
-        reason=row.message,
+        after=_audited(row, superseded) | _announced(announced),
+        reason=row.message
+        + (f" [emergency: {emergency_reason}]" if emergency_reason else ""),
     )
     if row.effective_at <= published_at:
         activate_due(actor=actor, now=published_at)
@@ -289,4 +285,13 @@ def _audited(row: models.Snapshot, superseded: list[int]) -> dict:
         "effective_at": row.effective_at.isoformat(),
         "superseded": superseded,
         "changes": row.diff["counts"],
+    }
+
+
+def _announced(announcement: models.Announcement) -> dict:
+    return {
+        "emergency": announcement.is_emergency,
+        "emergency_reason": announcement.emergency_reason,
+        "note": announcement.note,
+        "notice_days": announcement.notice_days,
     }

@@ -11,7 +11,7 @@ from typing import Any
 
 from limits.choices import Role, ScopeKind
 
-__all__ = ["can_edit_policy", "user_role"]
+__all__ = ["can_edit_policy", "require_publisher", "user_role"]
 
 
 def user_role(user: Any) -> Role | None:
@@ -24,6 +24,14 @@ def user_role(user: Any) -> Role | None:
     return next((role for role in Role if role.value in names), None)
 
 
+def require_publisher(actor: Any) -> None:
+    """Only product (and superusers) publish; the system (commands, Celery) may too."""
+    from django.core.exceptions import PermissionDenied
+
+    if actor.user is not None and not actor.user.has_perm("limits.publish_snapshot"):
+        raise PermissionDenied("Only the product role may publish or roll back.")
+
+
 def can_edit_policy(user: Any, *, scope: str | None) -> bool:
     """Whether ``user`` may create, change or delete a policy of ``scope`` (None: any)."""
     role = user_role(user)
@@ -34,7 +42,8 @@ def can_edit_policy(user: Any, *, scope: str | None) -> bool:
 
 # Permissions no role gets: the audit log is written by services only.
 _NEVER = {"add_auditentry", "change_auditentry", "delete_auditentry"}
-_SUPPORT_EDITS = {"policy", "limit"}
+# Support also manages how tenants are told: endpoints, resends, private links.
+_SUPPORT_EDITS = {"policy", "limit", "webhookendpoint", "delivery", "tenantlink"}
 
 
 def role_permissions(role: Role, codenames: set[str]) -> set[str]:

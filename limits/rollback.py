@@ -15,6 +15,8 @@ is validated once, by the publish that follows, inside the same transaction.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -30,11 +32,22 @@ __all__ = ["snapshot_rollback", "working_copy_restore"]
 
 
 @transaction.atomic
-def snapshot_rollback(*, actor: Actor, version: int, message: str) -> models.Snapshot:
-    """Publish version ``version``'s rules as the next version, effective now; audited.
+def snapshot_rollback(
+    *,
+    actor: Actor,
+    version: int,
+    message: str,
+    effective_at: datetime | None = None,
+    note: str = "",
+    emergency_reason: str = "",
+) -> models.Snapshot:
+    """Publish version ``version``'s rules as the next version; audited.
 
-    Raises ValidationError for an unknown version, NothingToPublish when the
-    active version already has those rules, PermissionDenied for other roles.
+    Effective now unless ``effective_at`` is given. A rollback is a publish for
+    the notice rule: if it lowers anyone's limits it needs an emergency reason,
+    or an effective time after the notice period. Raises ValidationError for an
+    unknown version, NothingToPublish when the active version already has those
+    rules, NoticePeriodTooShort, PermissionDenied for other roles.
     """
     require_publisher(actor)
     publishing_lock(rules=True)
@@ -49,7 +62,13 @@ def snapshot_rollback(*, actor: Actor, version: int, message: str) -> models.Sna
     if compiled.digest() != rules.digest():  # the restore must be exact
         raise RuntimeError(f"restoring version {version} left a different working copy")
     return snapshot_store(
-        actor=actor, rules=compiled, message=message, restored_version=version
+        actor=actor,
+        rules=compiled,
+        message=message,
+        restored_version=version,
+        effective_at=effective_at,
+        note=note,
+        emergency_reason=emergency_reason,
     )
 
 

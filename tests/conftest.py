@@ -111,6 +111,15 @@ def _baseline_rows(request):
 
 
 @pytest.fixture
+def no_notice_period(settings):
+    """For tests of publishing mechanics: lowerings may take effect at once.
+
+    The notice period itself is tested in ``tests/limits/test_notice.py``.
+    """
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 0
+
+
+@pytest.fixture
 def product_user(db):
     from tests.factories import UserFactory
 

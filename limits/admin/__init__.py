@@ -1,8 +1,15 @@
-"""The Django admin of Sluice: rules, audit log, versions and publishing (later: fleet)."""
+"""The Django admin of Sluice: rules, audit log, versions and publishing, announcements."""
 
 from django.contrib import admin
 
-from . import audit, rules, snapshots, tokens  # noqa: F401  (registers the model admins)
+from . import (  # noqa: F401  (registers the model admins)
+    announcements,
+    audit,
+    deliveries,
+    rules,
+    snapshots,
+    tokens,
+)
 
 admin.site.site_header = "Sluice"
 admin.site.site_title = "Sluice control plane"

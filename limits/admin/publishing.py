@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 
 from limits.audit import Actor
 from limits.compiling import rules_compile
@@ -18,6 +19,7 @@ from limits.enforcement.routing import HTTP_METHODS
 from limits.enforcement.validation import validate_rules
 from limits.explain import ExplainSource, explain
 from limits.models import Route, Snapshot
+from limits.notice import notice_preview
 from limits.publishing import problem_text, snapshot_publish
 from limits.rollback import snapshot_rollback
 from limits.selectors import snapshot_get_active, snapshot_rules, snapshot_scheduled
@@ -43,9 +45,20 @@ class PublishForm(forms.Form):
         ),
         help_text="UTC. Leave empty to take effect now; gateways switch on time by themselves.",
     )
+    note = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        help_text="Public: shown in the changelog, webhooks and emails. Editable until it takes effect.",
+    )
+    emergency_reason = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        help_text="Only to let a lowering take effect before the notice period ends: why "
+        "it cannot wait. The version is marked as an emergency everywhere.",
+    )
 
 
-class RollbackForm(forms.Form):
+class RollbackForm(PublishForm):
     message = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), help_text="Why roll back."
     )
@@ -127,6 +140,7 @@ def publish_view(request):
             messages.success(request, f"Published version {row.version}.")
             return redirect("admin:limits_snapshot_change", row.pk)
     working = rules_compile()
+    diff = rules_diff(rules_of(ACTIVE), working).to_json()
     return _page(
         request,
         "publish.html",
@@ -135,7 +149,8 @@ def publish_view(request):
         active=snapshot_get_active(light=True),
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
         problems=[problem_text(p) for p in validate_rules(working)],
-        diff=rules_diff(rules_of(ACTIVE), working).to_json(),
+        diff=diff,
+        notice=notice_preview(diff=diff, published_at=timezone.now()),
     )
 
 
@@ -162,9 +177,7 @@ def rollback_view(request, version: int):
     if request.method == "POST" and form.is_valid():
         try:
             row = snapshot_rollback(
-                actor=Actor.from_request(request),
-                version=version,
-                message=form.cleaned_data["message"],
+                actor=Actor.from_request(request), version=version, **form.cleaned_data
             )
         except ValidationError as exc:
             _refused(form, exc)
@@ -174,13 +187,15 @@ def rollback_view(request, version: int):
             )
             return redirect("admin:limits_snapshot_change", row.pk)
     active = rules_of(ACTIVE)
+    diff = rules_diff(active, snapshot_rules(target)).to_json()
     return _page(
         request,
         "rollback.html",
         f"Roll back to version {version}",
         form=form,
         target=target,
-        diff=rules_diff(active, snapshot_rules(target)).to_json(),
+        diff=diff,
+        notice=notice_preview(diff=diff, published_at=timezone.now()),
         discarded=rules_diff(active, rules_compile()).to_json(),
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
         target_url=reverse("admin:limits_snapshot_change", args=[target.pk]),

@@ -14,6 +14,7 @@ from limits.explain import effective_limits
 from limits.models import Limit, Policy, Route, Tenant, Tier
 from limits.roles import can_edit_policy, user_role
 
+from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin
 
 
@@ -33,12 +34,17 @@ class TierAdmin(AuditedAdmin):
 
 
 @admin.register(Tenant)
-class TenantAdmin(AuditedAdmin):
+class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
     list_display = ("slug", "name", "tier", "updated_at")
     list_filter = ("tier",)
     search_fields = ("slug", "name", "contact_emails")
     list_select_related = ("tier",)
-    readonly_fields = ("effective_limits_table", *AuditedAdmin.readonly_fields)
+    readonly_fields = (
+        "effective_limits_table",
+        "changelog_link",
+        *AuditedAdmin.readonly_fields,
+    )
+    actions = ["issue_changelog_link", "revoke_changelog_link"]
 
     @admin.display(description="effective limits (working copy)")
     def effective_limits_table(self, tenant):

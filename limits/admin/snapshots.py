@@ -10,7 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
 from django.urls import path, reverse
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
 from limits.models import Snapshot
 from limits.selectors import snapshot_get_active, snapshot_list
@@ -32,6 +32,7 @@ class SnapshotAdmin(admin.ModelAdmin):
         "activated_at",
         "origin",
         "change_count",
+        "announced",
     )
     list_display_links = ("version", "message")
     search_fields = ("message", "author", "hash")
@@ -49,12 +50,13 @@ class SnapshotAdmin(admin.ModelAdmin):
         "hash",
         "sizes",
         "same_content",
+        "announced",
         "diff_words",
     )
     readonly_fields = fields
 
     def get_queryset(self, request):
-        return snapshot_list()
+        return snapshot_list().select_related("announcement")
 
     def has_add_permission(self, request):
         return False
@@ -137,6 +139,22 @@ class SnapshotAdmin(admin.ModelAdmin):
     def change_count(self, row):
         counts = getattr(row, "change_counts", None) or row.diff["counts"]
         return ", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "—"
+
+    @admin.display(description="announcement")
+    def announced(self, row):
+        """EMERGENCY (with its reason) or notice, and the public note, linked to its page."""
+        announcement = getattr(row, "announcement", None)
+        if announcement is None:
+            return "—"
+        url = reverse("admin:limits_announcement_change", args=[announcement.pk])
+        if announcement.is_emergency:
+            return format_html(
+                '<a href="{}"><strong style="color:#b71c1c">EMERGENCY</strong></a>: {}',
+                url,
+                announcement.emergency_reason,
+            )
+        said = announcement.note or ("notice given" if announcement.lowers else "note")
+        return format_html('<a href="{}">{}</a>', url, said[:80])
 
     @admin.display(description="superseded")
     def superseded_text(self, row):

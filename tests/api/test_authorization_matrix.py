@@ -21,7 +21,12 @@ pytestmark = pytest.mark.django_db
 
 PRINCIPALS = ["anonymous", "gateway", "viewer", "support", "product"]
 GATEWAY_READS = {("get", "/api/v1/snapshot"), ("get", "/api/v1/snapshots/{version}")}
-SUPPORT_WRITES = ("/api/v1/policies", "/api/v1/limits")
+SUPPORT_WRITES = (
+    "/api/v1/policies",
+    "/api/v1/limits",
+    "/api/v1/webhook-endpoints",
+    "/api/v1/deliveries",
+)
 OWN_TOKENS = "/api/v1/tokens"
 
 

@@ -15,7 +15,7 @@ from limits.models import GatewayToken, Limit
 from limits.publishing import snapshot_publish
 from limits.tokens import token_create, token_revoke
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
 
 URL = "/api/v1/snapshot"
 

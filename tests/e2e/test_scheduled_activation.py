@@ -14,7 +14,11 @@ from limits.models import AuditEntry, Limit, Snapshot
 from limits.publishing import snapshot_publish
 from tests.celery_fixtures import wait_until
 
-pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.celery,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("no_notice_period"),  # publishing mechanics only
+]
 
 
 def test_scheduled_snapshot__effective_time_comes__activated_by_beat(

@@ -8,6 +8,8 @@ from django.contrib.auth.models import Group
 
 from limits.audit import Actor
 from limits.choices import Role
+from tests.limits.announce_fixtures import published  # noqa: F401  (fixture)
+from tests.receiver import receiver  # noqa: F401  (fixture)
 
 
 def _user(username: str, role: Role | None):

@@ -15,6 +15,9 @@ from limits.models import Limit, Route, Snapshot
 from limits.publishing import snapshot_publish
 from limits.roles import role_permissions
 
+# These tests are about publishing mechanics, not the notice period.
+pytestmark = pytest.mark.usefixtures("no_notice_period")
+
 PUBLISH = reverse("admin:limits_snapshot_publish")
 VERSIONS = reverse("admin:limits_snapshot_changelist")
 DIFF = reverse("admin:limits_snapshot_diff")

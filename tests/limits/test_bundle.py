@@ -21,6 +21,9 @@ from limits.enforcement import Snapshot as SnapshotDocument
 from limits.models import Limit
 from limits.publishing import snapshot_activate_due, snapshot_publish
 
+# These tests are about publishing mechanics, not the notice period.
+pytestmark = pytest.mark.usefixtures("no_notice_period")
+
 SYSTEM = Actor.system("test")
 
 

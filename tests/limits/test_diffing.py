@@ -23,6 +23,9 @@ from limits.enforcement import (
 from limits.publishing import snapshot_publish
 from tests.enforcement.strategies import NOW, limits, rule_sets
 
+# These tests are about publishing mechanics, not the notice period.
+pytestmark = pytest.mark.usefixtures("no_notice_period")
+
 T, U, IP = Dimension.TENANT, Dimension.USER, Dimension.IP
 
 

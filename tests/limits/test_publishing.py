@@ -29,6 +29,9 @@ from limits.selectors import snapshot_get_active, snapshot_list
 from tests.conftest import default_policy
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory
 
+# These tests are about publishing mechanics, not the notice period.
+pytestmark = pytest.mark.usefixtures("no_notice_period")
+
 SYSTEM = Actor.system("test")
 
 

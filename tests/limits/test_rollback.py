@@ -17,6 +17,9 @@ from limits.rollback import snapshot_rollback
 from limits.selectors import snapshot_get_active
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory
 
+# These tests are about publishing mechanics, not the notice period.
+pytestmark = pytest.mark.usefixtures("no_notice_period")
+
 SYSTEM = Actor.system("test")
 
 

@@ -24,7 +24,8 @@ def _moment(text: str) -> datetime:
 class Command(BaseCommand):
     help = (
         "Validate the rules, compile them and store them as the next version "
-        "(effective now, or at --effective-at)."
+        "(effective now, or at --effective-at). A version that lowers limits needs "
+        "the notice period, or --emergency-reason."
     )
 
     def add_arguments(self, parser):
@@ -36,12 +37,27 @@ class Command(BaseCommand):
             type=_moment,
             help="When gateways switch to it, ISO 8601 with a zone (default: now).",
         )
+        parser.add_argument(
+            "--note",
+            default="",
+            help="Public note for the changelog and notifications.",
+        )
+        parser.add_argument(
+            "--emergency-reason",
+            default="",
+            help="Why a lowering must take effect before the notice period "
+            "(SLUICE_NOTICE_PERIOD_DAYS) ends; marks the version as an emergency.",
+        )
 
-    def handle(self, *args, message, effective_at, **options):
+    def handle(self, *args, message, effective_at, note, emergency_reason, **options):
         actor = Actor.system(f"manage.py publish ({getpass.getuser()})")
         try:
             row = snapshot_publish(
-                actor=actor, message=message, effective_at=effective_at
+                actor=actor,
+                message=message,
+                effective_at=effective_at,
+                note=note,
+                emergency_reason=emergency_reason,
             )
         except ValidationError as exc:
             raise CommandError(
@@ -56,4 +72,5 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Published version {row.version} ({row.hash[:12]}), effective {when}: "
             f"{counts or 'no changes'}."
+            + (" Published as an EMERGENCY." if emergency_reason.strip() else "")
         )

@@ -1,0 +1,157 @@
+"""The changelog: each version's changes in the diff's own words, filtered by audience.
+
+Nothing here formats a change: entries carry the ``text``, ``kind`` and
+``direction`` of the stored diff (``limits.diffing``). What differs is who may
+read which change:
+
+* **public** (:func:`public_changes`): tier, route, tier-policy and
+  default-policy changes, with the tiers they reach; never a tenant added,
+  moved or removed, never a tenant policy or override, never a tenant's name;
+* **one tenant** (:func:`tenant_changes`): every change that reaches it,
+  including its own policies and overrides, and nobody else's names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+
+from limits.models import Announcement, Snapshot
+from limits.selectors import snapshot_get_active, snapshot_rules
+
+__all__ = [
+    "ChangelogEntry",
+    "changelog_entries",
+    "changelog_entry",
+    "entry_of",
+    "public_changes",
+    "tenant_changes",
+]
+
+_PUBLIC_SUBJECTS = {"tier", "route"}
+_HEAVY = ("snapshot__content", "snapshot__content_gzip", "snapshot__diff")
+
+
+def _shown(change: dict) -> dict:
+    """A change as customers see it: words and classification, tiers but no tenants."""
+    return {
+        "subject": change["subject"],
+        "kind": change["kind"],
+        "direction": change["direction"],
+        "lowers": change["lowers"],
+        "text": change["text"],
+        "tiers": change["affected"]["tiers"],
+        "anonymous": change["affected"]["anonymous"],
+    }
+
+
+def _is_public(change: dict) -> bool:
+    if change["subject"] in _PUBLIC_SUBJECTS:
+        return True
+    return change["subject"] == "policy" and not change["key"].startswith("tenant:")
+
+
+def public_changes(diff: dict) -> list[dict]:
+    """The changes of a stored diff that anyone may read."""
+    return [_shown(change) for change in diff["changes"] if _is_public(change)]
+
+
+def _reaches(change: dict, tenant: str, tiers: set[str]) -> bool:
+    affected = change["affected"]
+    if tenant in affected["tenants"]:
+        return True
+    return bool(tiers & set(affected["tiers"])) and (
+        tenant not in affected["except_tenants"]
+    )
+
+
+def tenant_changes(diff: dict, *, tenant: str, tiers: set[str]) -> list[dict]:
+    """The changes of a stored diff that reach ``tenant``, on ``tiers`` before or after."""
+    return [_shown(c) for c in diff["changes"] if _reaches(c, tenant, tiers)]
+
+
+def tiers_of(snapshot: Snapshot) -> tuple[dict[str, str], dict[str, str]]:
+    """Tenant -> tier in the version's parent and in the version itself."""
+    new = snapshot_rules(snapshot).tenants
+    parent = Snapshot.objects.filter(version=snapshot.parent_version).first()
+    return (snapshot_rules(parent).tenants if parent else {}), new
+
+
+@dataclass(frozen=True)
+class ChangelogEntry:
+    """One version as customers read it."""
+
+    version: int
+    published_at: datetime
+    effective_at: datetime
+    status: str  #: upcoming, in effect, past or cancelled
+    emergency: bool
+    note: str
+    changes: list[dict]
+
+    @property
+    def lowers(self) -> bool:
+        return any(change["lowers"] for change in self.changes)
+
+    def to_json(self) -> dict:
+        return {
+            "version": self.version,
+            "published_at": self.published_at.isoformat(),
+            "effective_at": self.effective_at.isoformat(),
+            "status": self.status,
+            "emergency": self.emergency,
+            "note": self.note,
+            "lowers": self.lowers,
+            "changes": self.changes,
+        }
+
+
+def status_of(snapshot: Snapshot, active_version: int | None) -> str:
+    if snapshot.superseded_at is not None:
+        return "cancelled"
+    if snapshot.activated_at is None:
+        return "upcoming"
+    return "in effect" if snapshot.version == active_version else "past"
+
+
+def entry_of(
+    announcement: Announcement, active_version: int | None, changes: list[dict]
+) -> ChangelogEntry:
+    snapshot = announcement.snapshot
+    return ChangelogEntry(
+        version=snapshot.version,
+        published_at=snapshot.published_at,
+        effective_at=snapshot.effective_at,
+        status=status_of(snapshot, active_version),
+        emergency=announcement.is_emergency,
+        note=announcement.note,
+        changes=changes,
+    )
+
+
+def _public_rows():
+    return (
+        Announcement.objects.select_related("snapshot")
+        .defer(*_HEAVY)
+        .exclude(Q(public_changes=[]) & Q(note=""))
+        .order_by("-snapshot__effective_at", "-snapshot__version")
+    )
+
+
+def _active_version() -> int | None:
+    active = snapshot_get_active(light=True)
+    return active.version if active else None
+
+
+def changelog_entries(*, limit: int = 100) -> list[ChangelogEntry]:
+    """The public changelog, latest effective time first (upcoming versions on top)."""
+    active = _active_version()
+    return [entry_of(a, active, a.public_changes) for a in _public_rows()[:limit]]
+
+
+def changelog_entry(version: int) -> ChangelogEntry | None:
+    """One version of the public changelog; None if it has nothing public."""
+    row = _public_rows().filter(snapshot__version=version).first()
+    return entry_of(row, _active_version(), row.public_changes) if row else None

@@ -1,0 +1,138 @@
+"""Private changelog links: a tenant's own limits and the changes coming its way.
+
+A link carries a token signed with Django's signing framework (``Signer``,
+salt ``sluice.changelog-link``) over the tenant's id and the nonce of its
+:class:`~limits.models.TenantLink`. Forged or altered tokens fail the signature
+without a query; rotating draws a new nonce (old links stop working) and
+revoking disables the row. Changing SECRET_KEY invalidates every link (list the
+old key in SECRET_KEY_FALLBACKS to keep them through a key rotation).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from django.core import signing
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from limits.audit import Actor, audit_record
+from limits.changelog import ChangelogEntry, entry_of, tenant_changes, tiers_of
+from limits.choices import AuditAction
+from limits.explain import EffectiveLimit, effective_limits
+from limits.models import Announcement, Tenant, TenantLink
+from limits.selectors import snapshot_get_active
+from limits.webhooks import require_manager
+
+__all__ = [
+    "TenantOverview",
+    "tenant_link_issue",
+    "tenant_link_path",
+    "tenant_link_resolve",
+    "tenant_link_revoke",
+    "tenant_overview",
+]
+
+_SALT = "sluice.changelog-link"
+
+
+def _signer() -> signing.Signer:
+    return signing.Signer(salt=_SALT)
+
+
+def tenant_link_path(link: TenantLink) -> str:
+    """The private page's path for ``link`` (signed again: the token is never stored)."""
+    token = _signer().sign_object({"t": link.tenant_id, "n": link.nonce})
+    return reverse("changelog:tenant", args=[token])
+
+
+@transaction.atomic
+def tenant_link_issue(*, tenant: Tenant, actor: Actor) -> str:
+    """Issue the tenant's link, or rotate it (earlier links stop working); audited.
+    Return the new path."""
+    require_manager(actor)
+    link, created = TenantLink.objects.select_for_update().get_or_create(
+        tenant=tenant, defaults={"nonce": secrets.token_urlsafe(24)}
+    )
+    if not created:
+        link.nonce, link.issued_at = secrets.token_urlsafe(24), timezone.now()
+        link.revoked_at = None
+        link.save()
+    audit_record(
+        actor=actor,
+        action=AuditAction.TOKEN_CREATE,
+        obj=link,
+        after={"tenant": tenant.slug},
+        reason="private changelog link " + ("issued" if created else "rotated"),
+    )
+    return tenant_link_path(link)
+
+
+@transaction.atomic
+def tenant_link_revoke(*, tenant: Tenant, actor: Actor) -> None:
+    """Disable the tenant's link; audited. Revoking twice changes nothing."""
+    require_manager(actor)
+    link = TenantLink.objects.select_for_update().filter(tenant=tenant).first()
+    if link is None or not link.is_active:
+        return
+    link.revoked_at = timezone.now()
+    link.save(update_fields=["revoked_at"])
+    audit_record(
+        actor=actor,
+        action=AuditAction.TOKEN_REVOKE,
+        obj=link,
+        before={"tenant": tenant.slug},
+        reason="private changelog link revoked",
+    )
+
+
+def tenant_link_resolve(token: str) -> Tenant | None:
+    """The tenant a token is for, or None: bad signature, rotated or revoked link."""
+    try:
+        data = _signer().unsign_object(token)
+    except (signing.BadSignature, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("t"), int):
+        return None
+    link = (
+        TenantLink.objects.select_related("tenant")
+        .filter(tenant_id=data["t"], revoked_at__isnull=True)
+        .first()
+    )
+    if link is None or not hmac.compare_digest(link.nonce, str(data.get("n"))):
+        return None
+    return link.tenant
+
+
+@dataclass(frozen=True)
+class TenantOverview:
+    """What a tenant's private page shows."""
+
+    tenant: Tenant
+    version: int | None  #: the version gateways enforce; None before the first publish
+    limits: list[EffectiveLimit]  #: per route, resolved on that version
+    upcoming: list[ChangelogEntry]  #: scheduled versions that change its limits
+
+
+def tenant_overview(*, tenant: Tenant) -> TenantOverview:
+    """The tenant's current limits per route (the gateways' resolver on the active
+    version) and the upcoming changes that reach it, soonest first."""
+    active = snapshot_get_active(light=True)
+    version = active.version if active else None
+    limits = effective_limits(tenant=tenant, source="active") if active else []
+    upcoming = []
+    scheduled = Announcement.objects.select_related("snapshot").filter(
+        snapshot__activated_at__isnull=True, snapshot__superseded_at__isnull=True
+    )
+    for announcement in scheduled.order_by("snapshot__effective_at"):
+        snapshot = announcement.snapshot
+        if tenant.slug not in snapshot.diff["affected"]["tenants"]:
+            continue
+        old, new = tiers_of(snapshot)
+        tiers = {t for t in (old.get(tenant.slug), new.get(tenant.slug)) if t}
+        changes = tenant_changes(snapshot.diff, tenant=tenant.slug, tiers=tiers)
+        upcoming.append(entry_of(announcement, version, changes))
+    return TenantOverview(tenant, version, limits, upcoming)

@@ -1,0 +1,214 @@
+"""Webhooks: how a body is signed, how it is posted, and the endpoints tenants register.
+
+Signature (the scheme Stripe popularised): header ``Sluice-Signature:
+t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" with the endpoint's
+secret>``. The timestamp is signed with the body, so a receiver that rejects
+timestamps older than a few minutes rejects replays too. ``docs/announcements.md``
+has a receiver. Endpoint services validate, write and audit like ``limits.rules``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+
+from limits.audit import Actor, audit_record
+from limits.choices import AuditAction, Role
+from limits.models import WebhookEndpoint
+from limits.roles import user_role
+from limits.rules import StaleRevision
+from limits.secrets import secret_decrypt, secret_encrypt
+
+__all__ = [
+    "SIGNATURE_HEADER",
+    "PostResult",
+    "require_manager",
+    "webhook_endpoint_create",
+    "webhook_endpoint_delete",
+    "webhook_endpoint_rotate_secret",
+    "webhook_endpoint_update",
+    "webhook_post",
+    "webhook_sign",
+]
+
+SIGNATURE_HEADER = "Sluice-Signature"
+SECRET_PREFIX = "whsec_"
+
+
+def webhook_sign(*, secret: str, body: bytes, timestamp: int) -> str:
+    """The ``Sluice-Signature`` value for ``body`` sent at ``timestamp``."""
+    signed = str(timestamp).encode() + b"." + body
+    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+@dataclass(frozen=True)
+class PostResult:
+    """The outcome of one POST: a status code, or an error, and how long it took."""
+
+    status_code: int | None
+    duration_ms: int
+    error: str = ""
+    excerpt: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a delivery: following it would drop the body."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def webhook_post(
+    *, url: str, body: bytes, headers: dict[str, str], timeout: float
+) -> PostResult:
+    """POST ``body`` once; never raises for network or HTTP errors, it reports them."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    started = time.monotonic()
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            excerpt = response.read(500).decode(errors="replace")
+            return PostResult(response.status, _since(started), excerpt=excerpt)
+    except urllib.error.HTTPError as exc:
+        excerpt = exc.read(500).decode(errors="replace")
+        return PostResult(exc.code, _since(started), f"HTTP {exc.code}", excerpt)
+    except (OSError, ValueError) as exc:  # refused, timeout, DNS, TLS, bad URL
+        return PostResult(None, _since(started), f"{type(exc).__name__}: {exc}")
+
+
+def _since(started: float) -> int:
+    return round((time.monotonic() - started) * 1000)
+
+
+def endpoint_headers(endpoint: WebhookEndpoint, body: bytes) -> dict[str, str]:
+    """Content type and signature of ``body`` for ``endpoint``, signed now."""
+    secret = secret_decrypt(endpoint.secret_encrypted)
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": "Sluice-Webhooks/1",
+        SIGNATURE_HEADER: webhook_sign(
+            secret=secret, body=body, timestamp=int(time.time())
+        ),
+    }
+
+
+def webhook_timeout() -> float:
+    return float(settings.SLUICE_WEBHOOK_TIMEOUT)
+
+
+def require_manager(actor: Actor) -> None:
+    """Product and support manage endpoints; the system (commands, Celery) may too."""
+    if actor.user is not None and user_role(actor.user) not in (
+        Role.PRODUCT,
+        Role.SUPPORT,
+    ):
+        raise PermissionDenied("Only the product and support roles manage webhooks.")
+
+
+def _audited(endpoint: WebhookEndpoint) -> dict:
+    """What the audit log keeps of an endpoint: never its secret."""
+    return {
+        "tenant": endpoint.tenant.slug,
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "is_active": endpoint.is_active,
+        "secret_prefix": endpoint.secret_prefix,
+    }
+
+
+def _issue_secret(endpoint: WebhookEndpoint) -> str:
+    secret = f"{SECRET_PREFIX}{secrets.token_urlsafe(32)}"
+    endpoint.secret_prefix = secret[: len(SECRET_PREFIX) + 6]
+    endpoint.secret_encrypted = secret_encrypt(secret)
+    return secret
+
+
+@transaction.atomic
+def webhook_endpoint_create(*, endpoint: WebhookEndpoint, actor: Actor) -> str:
+    """Save a new endpoint with a fresh secret; audited. Return the secret (shown once)."""
+    require_manager(actor)
+    secret = _issue_secret(endpoint)
+    endpoint.full_clean()
+    endpoint.save()
+    audit_record(
+        actor=actor, action=AuditAction.CREATE, obj=endpoint, after=_audited(endpoint)
+    )
+    return secret
+
+
+def _locked(endpoint: WebhookEndpoint, expected_revision: int | None) -> dict:
+    stored = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+    if expected_revision is not None and stored.revision != expected_revision:
+        raise StaleRevision(endpoint, stored.revision)
+    return _audited(stored)
+
+
+@transaction.atomic
+def webhook_endpoint_update(
+    *, endpoint: WebhookEndpoint, actor: Actor, expected_revision: int | None = None
+) -> WebhookEndpoint:
+    """Save changes to the URL, description or active flag; audited."""
+    require_manager(actor)
+    before = _locked(endpoint, expected_revision)
+    endpoint.full_clean()
+    endpoint.revision += 1
+    endpoint.save()
+    audit_record(
+        actor=actor,
+        action=AuditAction.UPDATE,
+        obj=endpoint,
+        before=before,
+        after=_audited(endpoint),
+    )
+    return endpoint
+
+
+@transaction.atomic
+def webhook_endpoint_rotate_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> str:
+    """Replace the secret at once (the old one stops signing); audited. Return the new one."""
+    require_manager(actor)
+    before = _locked(endpoint, None)
+    secret = _issue_secret(endpoint)
+    endpoint.revision += 1
+    endpoint.save()
+    audit_record(
+        actor=actor,
+        action=AuditAction.TOKEN_CREATE,
+        obj=endpoint,
+        before=before,
+        after=_audited(endpoint),
+        reason="webhook secret rotated",
+    )
+    return secret
+
+
+@transaction.atomic
+def webhook_endpoint_delete(*, endpoint: WebhookEndpoint, actor: Actor) -> None:
+    """Delete the endpoint; its delivery log stays (without the endpoint); audited."""
+    require_manager(actor)
+    before, shown, pk = _locked(endpoint, None), str(endpoint), endpoint.pk
+    endpoint.delete()
+    audit_record(
+        actor=actor,
+        action=AuditAction.DELETE,
+        object_type="webhookendpoint",
+        object_id=str(pk),
+        object_repr=shown,
+        before=before,
+    )

@@ -1,0 +1,75 @@
+"""Announcements end to end: a real Celery worker and beat notify, then remind, on time."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from limits.audit import Actor
+from limits.choices import DeliveryKind, DeliveryState
+from limits.models import Delivery
+from limits.publishing import snapshot_publish
+from tests.celery_fixtures import wait_until
+from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
+from tests.receiver import receiver  # noqa: F401  (a customer's endpoint)
+
+pytestmark = [
+    pytest.mark.celery,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("no_notice_period"),  # a lowering due in seconds
+]
+LEAD_SECONDS = 6
+
+
+@pytest.fixture
+def celery_env(celery_env):
+    """Beat's announcement task every second, and one reminder 6 s ahead."""
+    return {
+        **celery_env,
+        "SLUICE_ANNOUNCE_INTERVAL": "1",
+        "SLUICE_REMINDERS": f"{LEAD_SECONDS}s",
+    }
+
+
+def _events(receiver) -> list[dict]:  # noqa: F811
+    return [json.loads(request.body) for request in receiver.requests]
+
+
+def test_lowering__published_ahead__announced_then_reminded_by_worker_and_beat(
+    rules,
+    receiver,  # noqa: F811
+    redis_client,
+    celery_worker,
+    celery_beat,
+):
+    # Given version 1, and acme with an endpoint at a local receiver
+    actor = Actor.system("e2e")
+    snapshot_publish(actor=actor, message="v1")
+    endpoint_for(rules["acme"], receiver.url)
+    # When a lowering of pro search is published to take effect in 12 seconds
+    lower_pro_search(rules)
+    snapshot_publish(
+        actor=actor, message="v2", effective_at=timezone.now() + timedelta(seconds=12)
+    )
+    # Then the worker delivers the announcement, and beat the reminder before it applies
+    events = wait_until(
+        lambda: (
+            (found := _events(receiver))
+            and any(e["type"] == "limits.reminder" for e in found)
+            and found
+        ),
+        why=f"a reminder to arrive\n{celery_worker.output()[-3000:]}",
+    )
+    assert [(e["type"], e["version"]) for e in events] == [
+        ("limits.changed", 2),
+        ("limits.reminder", 2),
+    ]
+    assert events[1]["reminder"] == {"seconds_before": LEAD_SECONDS}
+    rows = Delivery.objects.order_by("id")
+    assert [(r.kind, r.state) for r in rows] == [
+        (DeliveryKind.ANNOUNCEMENT, DeliveryState.DELIVERED),
+        (DeliveryKind.REMINDER, DeliveryState.DELIVERED),
+    ]
