@@ -20,11 +20,17 @@ install: $(VENV)/.installed
 run: install
 	$(PY) manage.py preflight --create-database
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo --gateway-token-file var/demo-gateway.token
 	@echo
-	@echo "Sluice control plane: http://$(HOST):$(PORT)/admin/  (log in as admin / admin)"
+	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway."
+	@echo "  Admin           http://$(HOST):$(PORT)/admin/   (log in as admin / admin)"
+	@echo "  Changelog       http://$(HOST):$(PORT)/changelog/"
+	@echo "  API docs        http://$(HOST):$(PORT)/api/docs/"
+	@echo "  Demo gateway    http://127.0.0.1:8080/v1/search   (curl -H 'X-Tenant: initech' ...)"
+	@echo "  Ctrl-C stops everything."
 	@echo
-	$(PY) manage.py runserver $(HOST):$(PORT)
+	SLUICE_HOST=$(HOST) SLUICE_PORT=$(PORT) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+		$(VENV)/bin/honcho -f Procfile.dev start
 
 check: install
 	$(VENV)/bin/ruff check .

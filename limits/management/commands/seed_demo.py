@@ -1,5 +1,7 @@
 """Load demo rules and users so a new installation has something to look at. Idempotent."""
 
+from pathlib import Path
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
@@ -8,8 +10,18 @@ from django.db import transaction
 from limits import rules
 from limits.audit import Actor
 from limits.choices import Dimension, FailureMode, Period, Role, ScopeKind
-from limits.models import Limit, Policy, Route, Snapshot, Tenant, Tier
+from limits.models import (
+    GatewayToken,
+    Limit,
+    Policy,
+    Route,
+    Snapshot,
+    Tenant,
+    Tier,
+    hash_secret,
+)
 from limits.publishing import snapshot_publish
+from limits.tokens import token_create
 
 TIERS = [("free", "Free", 0), ("pro", "Pro", 1), ("enterprise", "Enterprise", 2)]
 ROUTES = [
@@ -89,8 +101,14 @@ USERS = [
 class Command(BaseCommand):
     help = "Create demo tiers, tenants, routes, policies and users (admin/admin, product/product...)."
 
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--gateway-token-file",
+            help="Write a gateway token for the demo gateway here (kept if still valid).",
+        )
+
     @transaction.atomic
-    def handle(self, *args, **options):
+    def handle(self, *args, gateway_token_file: str | None = None, **options):
         actor = Actor.system("seed_demo")
         tiers = {slug: self._tier(slug, name, pos, actor) for slug, name, pos in TIERS}
         routes = {row[0]: self._route(*row, actor=actor) for row in ROUTES}
@@ -106,9 +124,24 @@ class Command(BaseCommand):
             snapshot_publish(
                 actor=actor, message="Demo rules: tiers free, pro and enterprise."
             )
+        if gateway_token_file:
+            self._gateway_token(Path(gateway_token_file), actor)
         self.stdout.write(
             "Demo data ready. Log in as admin/admin (also product, support, viewer: password = name)."
         )
+
+    def _gateway_token(self, path: Path, actor):
+        """A token for the demo gateway, in a file only this user can read."""
+        if path.exists():
+            secret = path.read_text().strip()
+            if GatewayToken.objects.filter(
+                key_hash=hash_secret(secret), revoked_at=None
+            ).exists():
+                return
+        secret = token_create(token=GatewayToken(name="demo-gateway"), actor=actor)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secret + "\n")
+        path.chmod(0o600)
 
     def _tier(self, slug, name, position, actor):
         tier = Tier.objects.filter(slug=slug).first()
