@@ -75,8 +75,8 @@ POLICIES = [
         ],
     ),
     (
-        ScopeKind.DEFAULT,
-        None,
+        ScopeKind.TIER,
+        "free",
         "orders.create",
         [
             (Dimension.TENANT, 2, Period.SECOND, 10, None),
