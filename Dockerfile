@@ -6,9 +6,10 @@ COPY pyproject.toml README.md ./
 COPY controlplane ./controlplane
 COPY limits ./limits
 COPY api ./api
+COPY gateway ./gateway
 COPY migrations ./migrations
 COPY templates ./templates
 COPY manage.py ./
-RUN pip install --no-cache-dir . && python manage.py collectstatic --noinput
+RUN pip install --no-cache-dir -e . && python manage.py collectstatic --noinput
 EXPOSE 8000
 CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4"]

@@ -10,6 +10,7 @@ variable                    default                                    meaning
 =========================== ========================================== ==============================
 SLUICE_CONTROL_PLANE_URL    http://127.0.0.1:8000                      control plane base URL
 SLUICE_GATEWAY_TOKEN        (empty)                                    gateway token (Bearer)
+SLUICE_GATEWAY_TOKEN_FILE   (empty)                                    or a file holding it
 SLUICE_GATEWAY_ID           the host name                              reported in Sluice-Gateway-Id
 SLUICE_REDIS_URL            redis://127.0.0.1:6379/0                   Redis for the buckets
 SLUICE_REDIS_CLUSTER        0                                          1: the URL is a Redis Cluster node
@@ -109,13 +110,22 @@ class Gateway:
     limiter: Limiter
 
 
+def _token(env: Mapping[str, str]) -> str:
+    """The gateway token, given directly or as a file (a mounted secret)."""
+    path = env.get("SLUICE_GATEWAY_TOKEN_FILE", "")
+    if path:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    return env.get("SLUICE_GATEWAY_TOKEN", "")
+
+
 def build(env: Mapping[str, str]) -> Gateway:
     """Assemble the gateway from ``env`` (see the module docstring); nothing starts yet."""
     gateway_id = env.get("SLUICE_GATEWAY_ID") or socket.gethostname()
     base = env.get("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8000").rstrip("/")
     source = SnapshotSource(
         base + SNAPSHOT_PATH,
-        env.get("SLUICE_GATEWAY_TOKEN", ""),
+        _token(env),
         gateway_id=gateway_id,
         cache_path=env.get("SLUICE_SNAPSHOT_CACHE")
         or f".sluice/gateway-{gateway_id}.json",

@@ -1,0 +1,73 @@
+"""docker-compose.yml, kept correct by reading: its services, commands and variables
+against the settings module and the README (Docker does not run on the build machines)."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SETTINGS = (ROOT / "controlplane" / "settings.py").read_text()
+README = (ROOT / "README.md").read_text()
+GATEWAY = (ROOT / "gateway" / "demo.py").read_text()
+APP_SERVICES = ("web", "worker", "beat")
+
+
+def _settings_variables() -> set[str]:
+    """Every environment variable the settings module reads."""
+    calls = re.findall(
+        r'(?:os\.environ\.get|env_\w+)\(\s*"([A-Z][A-Z0-9_]*)"', SETTINGS
+    )
+    return set(calls)
+
+
+def test_compose__services__the_whole_system():
+    assert set(COMPOSE["services"]) >= {"postgres", "redis", *APP_SERVICES, "gateway"}
+
+
+def test_compose__app_services__same_settings_known_to_the_settings_module():
+    known = _settings_variables()
+    for name in APP_SERVICES:
+        environment = COMPOSE["services"][name]["environment"]
+        assert set(environment) <= known, name
+        assert {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SECRET_KEY"} <= set(
+            environment
+        )
+        assert environment["DEBUG"] == "0"  # production settings, hence the SECRET_KEY
+
+
+def test_compose__urls__point_at_the_compose_services():
+    environment = COMPOSE["services"]["web"]["environment"]
+    assert "@postgres:5432/" in environment["DATABASE_URL"]
+    assert environment["REDIS_URL"].startswith("redis://redis:6379/")
+    postgres = COMPOSE["services"]["postgres"]["environment"]
+    assert f":{postgres['POSTGRES_PASSWORD']}@" in environment["DATABASE_URL"]
+
+
+def test_compose__commands__run_modules_that_exist():
+    commands = {
+        name: str(svc.get("command", "")) for name, svc in COMPOSE["services"].items()
+    }
+    assert "gunicorn controlplane.wsgi" in commands["web"]
+    assert "celery -A controlplane worker" in commands["worker"]
+    assert "celery -A controlplane beat" in commands["beat"]
+    assert "python -m gateway.demo" in commands["gateway"]
+    assert (ROOT / "controlplane" / "wsgi.py").exists()
+    assert (ROOT / "gateway" / "demo.py").exists()
+
+
+def test_compose__gateway__variables_the_demo_gateway_reads_and_the_token_web_writes():
+    gateway = COMPOSE["services"]["gateway"]
+    for variable in gateway["environment"]:
+        assert variable in GATEWAY, variable
+    token_file = gateway["environment"]["SLUICE_GATEWAY_TOKEN_FILE"]
+    assert f"--gateway-token-file {token_file}" in str(
+        COMPOSE["services"]["web"]["command"]
+    )
+    assert gateway["environment"]["SLUICE_CONTROL_PLANE_URL"] == "http://web:8000"
+
+
+def test_readme__configuration_table__lists_every_setting_variable():
+    table = set(re.findall(r"^\| `([A-Z][A-Z0-9_]*)`", README, flags=re.MULTILINE))
+    assert _settings_variables() <= table, _settings_variables() - table
