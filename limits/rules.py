@@ -37,7 +37,10 @@ class StaleRevision(Exception):
     """The object changed since the caller read it (HTTP 412)."""
 
     def __init__(self, obj: db.Model, current: int) -> None:
-        super().__init__(f"{obj} is at revision {current}; reload it and try again")
+        super().__init__(
+            f"This {obj._meta.verbose_name} changed since you read it (it is at revision "
+            f"{current} now): fetch it again and retry."
+        )
         self.current = current
 
 

@@ -59,9 +59,21 @@ class PublishInputSerializer(serializers.Serializer):
         allow_null=True,
         help_text="When gateways start enforcing it; now if absent.",
     )
+    note = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=4000,
+        help_text="What customers read in the changelog about this version.",
+    )
+    emergency_reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=2000,
+        help_text="Lower limits sooner than the notice period allows; marked and audited.",
+    )
 
 
-class RollbackInputSerializer(serializers.Serializer):
+class RollbackInputSerializer(PublishInputSerializer):
     message = serializers.CharField(max_length=2000, help_text="Why roll back.")
 
 

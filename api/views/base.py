@@ -1,6 +1,6 @@
 """What every management viewset shares: strict query parameters, ETags, the actor."""
 
-from rest_framework import exceptions, viewsets
+from rest_framework import exceptions, mixins, viewsets
 
 from api.etags import ETagMixin, expected_revision
 from limits.audit import Actor
@@ -26,7 +26,9 @@ class StrictQueryMixin:
 
     def known_query_params(self) -> set[str]:
         known = {"format"}
-        if getattr(self, "action", None) == "list":
+        action = getattr(self, "action", None)  # viewsets; generic list views have none
+        lists = action == "list" if action else isinstance(self, mixins.ListModelMixin)
+        if lists:
             filterset = getattr(self, "filterset_class", None)
             known |= set(filterset.base_filters) if filterset else set()
             known |= set(getattr(self, "filterset_fields", ()) or ())

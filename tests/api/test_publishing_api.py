@@ -156,3 +156,26 @@ def test_gateway_tokens__product_creates_viewer_reads_secret_once(
     assert api.delete(f"/api/v1/gateway-tokens/{listing[0]['id']}").status_code == 403
     api.as_user(product_user).delete(f"/api/v1/gateway-tokens/{listing[0]['id']}")
     assert GatewayToken.objects.get().revoked_at is not None
+
+
+def test_publish__note_and_emergency_reason__reach_the_announcement(
+    product_api, rules, settings
+):
+    # Given a lowering, and the notice period in force
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 14
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=20, burst=40)
+    # When it is published now, as an emergency, with a note for customers
+    response = _publish(
+        product_api, note="Abuse from one network.", emergency_reason="incident 99"
+    )
+    # Then the version takes effect now and its announcement carries both
+    assert response.status_code == 201, response.content
+    announcement = Snapshot.objects.get(version=1).announcement
+    assert announcement.note == "Abuse from one network."
+    assert announcement.emergency_reason == "incident 99"
+
+
+def test_versions__paginated__limit_and_offset_accepted(product_api, rules):
+    _publish(product_api)
+    page = product_api.get("/api/v1/snapshots?limit=1&offset=0").json()
+    assert (page["count"], [v["version"] for v in page["results"]]) == (1, [1])
