@@ -38,6 +38,13 @@ ScopeKind = models.TextChoices(
 )
 
 
+class LimitKind(models.TextChoices):
+    """What a limit caps: a rate (a token bucket), or requests in flight at once."""
+
+    RATE = "rate", "rate: a token bucket"
+    CONCURRENT = "concurrent", "concurrent: requests in flight at once"
+
+
 class Period(models.IntegerChoices):
     """The periods a rate is expressed over (PERIODS in the snapshot format)."""
 

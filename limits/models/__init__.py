@@ -2,6 +2,8 @@
 
 from .audit import *  # noqa: F403
 from .audit import __all__ as _audit
+from .limits import *  # noqa: F403
+from .limits import __all__ as _limits
 from .rules import *  # noqa: F403
 from .rules import __all__ as _rules
 from .snapshots import *  # noqa: F403
@@ -9,4 +11,4 @@ from .snapshots import __all__ as _snapshots
 from .tokens import *  # noqa: F403
 from .tokens import __all__ as _tokens
 
-__all__ = [*_rules, *_audit, *_snapshots, *_tokens]
+__all__ = [*_rules, *_limits, *_audit, *_snapshots, *_tokens]
