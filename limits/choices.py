@@ -2,6 +2,7 @@
 
 from django.db import models
 
+from limits.enforcement.decision import Outcome as _Outcome
 from limits.enforcement.routing import HTTP_METHODS
 from limits.enforcement.snapshot import PERIODS
 from limits.enforcement.snapshot import Dimension as _Dimension
@@ -34,6 +35,15 @@ ScopeKind = models.TextChoices(
         ("DEFAULT", (_ScopeKind.DEFAULT.value, "default (everyone)")),
         ("TIER", (_ScopeKind.TIER.value, "one tier")),
         ("TENANT", (_ScopeKind.TENANT.value, "one tenant")),
+    ],
+)
+
+
+Outcome = models.TextChoices(
+    "Outcome",
+    [
+        (outcome.name, (outcome.value, outcome.value.replace("_", " ")))
+        for outcome in _Outcome
     ],
 )
 

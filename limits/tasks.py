@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
-__all__ = ["snapshot_activate_due_task"]
+__all__ = [
+    "decision_stream_aggregate_task",
+    "snapshot_activate_due_task",
+    "stats_prune_task",
+]
 
 
 @shared_task(name="limits.snapshot_activate_due")
@@ -18,3 +22,21 @@ def snapshot_activate_due_task() -> list[int]:
     activated = snapshot_activate_due(actor=Actor.system("celery beat"))
     snapshot_bundle_sync()
     return [row.version for row in activated]
+
+
+@shared_task(name="limits.decision_stream_aggregate")
+def decision_stream_aggregate_task() -> dict[str, int]:
+    """Roll the decision stream up into Postgres (safe to run twice). Run by beat."""
+    from dataclasses import asdict
+
+    from limits.stats import decision_stream_aggregate
+
+    return asdict(decision_stream_aggregate())
+
+
+@shared_task(name="limits.stats_prune")
+def stats_prune_task() -> dict[str, int]:
+    """Delete statistics older than their retention settings. Run by beat."""
+    from limits.stats import stats_prune
+
+    return stats_prune()

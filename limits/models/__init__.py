@@ -8,7 +8,9 @@ from .rules import *  # noqa: F403
 from .rules import __all__ as _rules
 from .snapshots import *  # noqa: F403
 from .snapshots import __all__ as _snapshots
+from .stats import *  # noqa: F403
+from .stats import __all__ as _stats
 from .tokens import *  # noqa: F403
 from .tokens import __all__ as _tokens
 
-__all__ = [*_rules, *_limits, *_audit, *_snapshots, *_tokens]
+__all__ = [*_rules, *_limits, *_audit, *_snapshots, *_stats, *_tokens]
