@@ -1,8 +1,14 @@
-"""The Django admin of Sluice: rules, audit log, versions and publishing (later: fleet)."""
+"""The Django admin of Sluice: rules, audit log, versions and publishing, traffic dashboards."""
 
 from django.contrib import admin
 
-from . import audit, rules, snapshots, tokens  # noqa: F401  (registers the model admins)
+from . import (  # noqa: F401  (registers the model admins)
+    audit,
+    dashboards,
+    rules,
+    snapshots,
+    tokens,
+)
 
 admin.site.site_header = "Sluice"
 admin.site.site_title = "Sluice control plane"
