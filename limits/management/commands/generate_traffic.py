@@ -1,0 +1,36 @@
+"""Drive the demo gateway with traffic from the tenants of the rules (``gateway/traffic.py``)."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from gateway.traffic import DEFAULT_TENANTS, add_options, check_loopback, generate
+from gateway.traffic import Plan as TrafficPlan
+from limits.models import Tenant
+
+
+class Command(BaseCommand):
+    help = "Send skewed traffic through the demo gateway, so the dashboards have something to show."
+
+    def add_arguments(self, parser):
+        add_options(parser, tenants="")  # empty: the tenants of the rules
+
+    def handle(self, *args, **options):
+        if not options["allow_remote"]:
+            try:
+                check_loopback(options["gateway"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        tenants = [t for t in options["tenants"].split(",") if t] or list(
+            Tenant.objects.order_by("slug").values_list("slug", flat=True)[:8]
+        )
+        plan = TrafficPlan(
+            gateway=options["gateway"],
+            rate=options["rate"],
+            seconds=options["seconds"],
+            workers=options["workers"],
+            tenants=tenants or DEFAULT_TENANTS,
+            seed=options["seed"],
+        )
+        self.stdout.write(
+            f"{plan.rate:g} requests/s for {plan.seconds:g} s to {plan.gateway}"
+        )
+        self.stdout.write("\n".join(generate(plan).lines()))
