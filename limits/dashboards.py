@@ -145,7 +145,7 @@ def fail_open_share(*, since: datetime) -> Share:
     return Share(totals["part"], totals["total"])
 
 
-def tenant_rejections(*, tenant: str, limit: int = 100) -> QuerySet[Rejection]:
+def tenant_rejections(*, tenant: str, limit: int = 50) -> QuerySet[Rejection]:
     """The tenant's most recent rejections, newest first."""
     return Rejection.objects.filter(tenant=tenant).order_by("-at", "-id")[:limit]
 

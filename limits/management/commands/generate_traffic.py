@@ -11,7 +11,9 @@ class Command(BaseCommand):
     help = "Send skewed traffic through the demo gateway, so the dashboards have something to show."
 
     def add_arguments(self, parser):
-        add_options(parser, tenants="")  # empty: the tenants of the rules
+        # Empty: the tenants of the rules, cheapest tier first, so the heaviest
+        # senders are the ones with the lowest limits (the usual story).
+        add_options(parser, tenants="")
 
     def handle(self, *args, **options):
         if not options["allow_remote"]:
@@ -20,7 +22,9 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
         tenants = [t for t in options["tenants"].split(",") if t] or list(
-            Tenant.objects.order_by("slug").values_list("slug", flat=True)[:8]
+            Tenant.objects.order_by("tier__position", "slug").values_list(
+                "slug", flat=True
+            )[:8]
         )
         plan = TrafficPlan(
             gateway=options["gateway"],
