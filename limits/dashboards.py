@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 
 from limits.choices import Outcome
 from limits.models import DecisionMinute, Rejection
@@ -155,7 +155,7 @@ def rejection_counts(*, tenant: str) -> dict[str, int]:
     rows = (
         Rejection.objects.filter(tenant=tenant)
         .values("limit")
-        .annotate(n=Count("id"))
+        .annotate(n=Sum("count"))
         .order_by("-n")
     )
     return {row["limit"]: row["n"] for row in rows}

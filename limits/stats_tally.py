@@ -34,7 +34,11 @@ def _field(fields: dict, name: str) -> str:
 
 
 class Tally:
-    """Counts of a batch: per minute x tenant x route x outcome, totals, rejections."""
+    """Counts of a batch: per minute x tenant x route x outcome, totals, rejections.
+
+    ``events`` counts decisions (a record of ``count`` identical decisions of
+    one second counts ``count``); the rejection log keeps one row per record.
+    """
 
     def __init__(self, *, per_tenant: int) -> None:
         self.per_tenant = per_tenant
@@ -67,11 +71,11 @@ class Tally:
         if not _well_formed(event):
             self.totals["events_malformed"] += 1
             return
-        at, tenant, route, policy, version, outcome, limit = event
+        at, tenant, route, policy, version, outcome, limit, count = event
         tenant, route = tenant[:_TEXT], route[:_TEXT]
-        self.events += 1
-        self.minutes[(at // 60_000, tenant, route, outcome)] += 1
-        self.totals[f"decisions_{outcome}"] += 1
+        self.events += count
+        self.minutes[(at // 60_000, tenant, route, outcome)] += count
+        self.totals[f"decisions_{outcome}"] += count
         if outcome == Outcome.LIMITED:
             kept = self.rejections[tenant]
             kept.append(
@@ -84,6 +88,7 @@ class Tally:
                     dimension=limit.rpartition("-")[0][:10],
                     snapshot_version=version,
                     gateway=gateway,
+                    count=count,
                 )
             )
             if len(kept) > 2 * self.per_tenant:  # keep memory bounded under a flood
@@ -148,13 +153,13 @@ class Tally:
 
 
 def _well_formed(event: Any) -> bool:
-    if not isinstance(event, list) or len(event) != 7:
+    if not isinstance(event, list) or len(event) != 8:
         return False
-    at, tenant, route, policy, version, outcome, limit = event
+    at, tenant, route, policy, version, outcome, limit, count = event
     return (
-        isinstance(at, int)
-        and isinstance(version, int)
+        all(type(n) is int for n in (at, version, count))
         and version >= 0
+        and count >= 1
         and all(isinstance(text, str) for text in (tenant, route, policy, limit))
         and outcome in _OUTCOMES
     )

@@ -106,6 +106,7 @@ class RejectionAdmin(ReadOnlyAdmin):
 
     list_display = (
         "at",
+        "count",
         "tenant",
         "route",
         "limit",

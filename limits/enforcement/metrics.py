@@ -8,18 +8,22 @@ bounded). When the buffer holds ``capacity`` events, new ones are dropped and
 counted, never waited for; a flush that fails drops its events and counts them
 too (the next flush reports the count, so the control plane sees the loss).
 
-Stream entries (``docs/stats.md``) carry a batch of up to ``batch`` events each,
-which keeps Redis at a few XADDs per second per gateway instead of one per
-decision::
+The flush counts identical decisions of the same second together: a hot
+tenant's thousands of decisions per second become a few records, which keeps
+the flush cheap (it shares the CPU with requests) and the stream small. Stream
+entries (``docs/stats.md``) carry up to ``batch`` records each, so Redis sees a
+few XADDs per second per gateway, not one per decision::
 
     v        "1": the entry format
     gw       the gateway id
     dropped  events this gateway dropped since its previous entry
-    events   JSON array of [epoch ms, tenant, route, policy, version, outcome, limit]
+    events   JSON array of [epoch ms, tenant, route, policy, version, outcome, limit, count]
 
-``tenant`` and ``route`` are "" when unknown; ``policy`` is ``scope/route`` (``~``
-marks an override); ``limit`` names the deciding limit of a rejection
-(``user-min``, ``tenant-concurrent``), "" otherwise.
+A record stands for ``count`` decisions of that second (``epoch ms`` is the
+second's start) with the same tenant, route, policy, snapshot version, outcome
+and deciding limit. ``tenant`` and ``route`` are "" when unknown; ``policy`` is
+``scope/route`` (``~`` marks an override); ``limit`` names the deciding limit of
+a rejection (``user-min``, ``tenant-concurrent``), "" otherwise.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import redis
 from .decision import Decision, Outcome
 from .validation import policy_ref
 
-__all__ = ["STREAM_KEY", "DecisionEvents", "encode_event"]
+__all__ = ["STREAM_KEY", "DecisionEvents", "count_events"]
 
 STREAM_KEY = "sluice:decisions"  #: the stream the control plane aggregates
 ENTRY_FORMAT = "1"
@@ -47,18 +51,38 @@ logger = logging.getLogger("limits.enforcement.metrics")
 _Event = tuple[float, str | None, Decision]
 
 
-def encode_event(at: float, tenant: str | None, decision: Decision) -> list[Any]:
-    """One event as it is written in an entry's ``events`` array."""
-    deciding = decision.deciding
-    limited = decision.outcome is Outcome.LIMITED and deciding is not None
+def count_events(events: list[_Event]) -> list[list[Any]]:
+    """Records of ``events``: identical decisions of one second counted together."""
+    counts: dict[tuple[Any, ...], int] = {}
+    policies = {}
+    limited = Outcome.LIMITED
+    for at, tenant, decision in events:
+        deciding = decision.deciding
+        outcome = decision.outcome
+        policy = decision.policy
+        key = (
+            int(at),
+            tenant or "",
+            decision.route or "",
+            id(policy),
+            decision.snapshot_version,
+            outcome,
+            deciding.name if outcome is limited and deciding is not None else "",
+        )
+        counts[key] = counts.get(key, 0) + 1
+        policies[id(policy)] = policy
+    refs = {key: policy_ref(policy) for key, policy in policies.items()}
     return [
-        int(at * 1000),
-        tenant or "",
-        decision.route or "",
-        policy_ref(decision.policy),
-        decision.snapshot_version,
-        decision.outcome.value,
-        deciding.name if limited and deciding is not None else "",
+        [second * 1000, tenant, route, refs[policy], version, outcome.value, limit, n]
+        for (
+            second,
+            tenant,
+            route,
+            policy,
+            version,
+            outcome,
+            limit,
+        ), n in counts.items()
     ]
 
 
@@ -77,7 +101,7 @@ class DecisionEvents:
         gateway_id: str,
         stream: str = STREAM_KEY,
         capacity: int = 100_000,
-        batch: int = 500,
+        batch: int = 500,  #: records per stream entry
         interval: float = 1.0,
         maxlen: int = 100_000,
         wall: Callable[[], float] = time.time,
@@ -129,10 +153,12 @@ class DecisionEvents:
 
     def _write(self, events: list[_Event]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        chunks = [events[i : i + self.batch] for i in range(0, len(events), self.batch)]
+        records = count_events(events)
+        chunks = [
+            records[i : i + self.batch] for i in range(0, len(records), self.batch)
+        ]
         dropped = self.dropped
-        for index, chunk in enumerate(chunks or [[]]):
-            encoded = [encode_event(*event) for event in chunk]
+        for index, encoded in enumerate(chunks or [[]]):
             fields: dict[Any, Any] = {
                 "v": ENTRY_FORMAT,
                 "gw": self.gateway_id,

@@ -53,7 +53,8 @@ class StatCounter(models.Model):
 
 
 class Rejection(models.Model):
-    """One recent rejection of a tenant: kept per tenant up to a bound, and by age."""
+    """Recent rejections of a tenant in one second (identical ones counted together):
+    kept per tenant up to a bound of rows, and by age."""
 
     at = models.DateTimeField()
     tenant = models.CharField(max_length=100, blank=True)
@@ -69,6 +70,9 @@ class Rejection(models.Model):
     )
     snapshot_version = models.PositiveIntegerField()
     gateway = models.CharField(max_length=100, blank=True)
+    count = models.PositiveIntegerField(
+        default=1, help_text="Identical rejections by this gateway in this second."
+    )
 
     class Meta:
         ordering = ["-at", "-id"]

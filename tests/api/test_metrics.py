@@ -27,7 +27,8 @@ def samples(response) -> dict[tuple[str, tuple], float]:
 
 def add_entry(redis_client, *outcomes: str) -> None:
     events = [
-        [1_767_225_600_000, "acme", "search", "default/*", 1, o, ""] for o in outcomes
+        [1_767_225_600_000, "acme", "search", "default/*", 1, o, "", 1]
+        for o in outcomes
     ]
     redis_client.xadd(
         STREAM_KEY, {"v": "1", "gw": "g", "dropped": "2", "events": json.dumps(events)}

@@ -47,27 +47,20 @@ def test_events__decisions__flushed_as_one_entry_per_batch(
 ):
     # Given a limiter that hands its decisions to the events buffer
     limiter = Limiter(redis_server.url, RULES, timeout=1.0, events=events)
-    # When a tenant is admitted, then limited, and nothing is flushed yet
-    limiter.decide(route="search", tenant="acme", user="u")
-    limiter.decide(route="search", tenant="acme", user="u")
+    # When a tenant is admitted, then limited twice, and nothing is flushed yet
+    for _ in range(3):
+        limiter.decide(route="search", tenant="acme", user="u")
     assert redis_client.xlen(STREAM_KEY) == 0
     written = events.flush()
-    # Then one entry carries both events, with what the dashboards count
-    assert written == 2
+    # Then one entry carries them, identical decisions of a second counted together
+    assert written == 3
     (entry,) = entries(redis_client)
     assert entry["gw"] == "gw-1"
     assert entry["dropped"] == "0"
+    second, policy = 1_700_000_000_000, "tier:pro/search"
     assert json.loads(entry["events"]) == [
-        [1_700_000_000_500, "acme", "search", "tier:pro/search", 1, "allowed", ""],
-        [
-            1_700_000_000_500,
-            "acme",
-            "search",
-            "tier:pro/search",
-            1,
-            "limited",
-            "user-min",
-        ],
+        [second, "acme", "search", policy, 1, "allowed", "", 1],
+        [second, "acme", "search", policy, 1, "limited", "user-min", 2],
     ]
 
 
