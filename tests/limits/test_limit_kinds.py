@@ -12,6 +12,7 @@ from limits import rules as services
 from limits.choices import Dimension, LimitKind, ScopeKind
 from limits.compiling import policy_to_snapshot
 from limits.diffing import snapshot_diff
+from limits.explain import explain
 from limits.models import Limit, Policy, Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
@@ -142,3 +143,23 @@ def test_rollback__cap_and_lease_removed__restored_exactly(rules, publisher):
     latest = Snapshot.objects.order_by("-version").first()
     restored = json.loads(bytes(latest.content))["rules"]
     assert restored == json.loads(bytes(v1.content))["rules"]
+
+
+def test_explain__sharded_bucket_and_cap__keys_shown(rules, publisher):
+    # Given a published policy with a sharded bucket and a cap
+    policy = export_policy(rules)
+    bucket = Limit(dimension=Dimension.TENANT, rate=900, period=1, burst=900, shards=3)
+    services.policy_save(
+        policy=policy, limits=[bucket, concurrent_row()], actor=publisher
+    )
+    snapshot_publish(actor=publisher, message="v1")
+    # When a pro tenant's request is explained
+    result = explain(tenant="acme", route="orders.read")
+    # Then the shards it picks from and the set it holds a slot in are named
+    assert [key.key for key in result.keys] == [
+        "rl:{tenant:acme}:route:orders.read:tenant:acme:1s:s0…s2",
+        "rl:{tenant:acme}:route:orders.read:tenant:acme:inflight",
+    ]
+    assert (
+        "per tenant: at most 3 in flight (released after 60 s at most)" in result.limits
+    )
