@@ -121,7 +121,7 @@ def test_asgi__app_returns_or_raises__slot_released(redis_server, redis_client, 
 
 
 def test_django__streaming_response__released_when_django_closes_it(
-    limiter, redis_client, settings, rf
+    limiter, redis_client, settings, rf, django_db_blocker
 ):
     # Given a view that streams, behind the Django middleware
     settings.SLUICE_LIMITER = limiter
@@ -134,7 +134,10 @@ def test_django__streaming_response__released_when_django_closes_it(
     # Then the slot is held until Django closes the response
     assert redis_client.zcard(INFLIGHT) == 1
     assert b"".join(response.streaming_content) == b"ab"
-    response.close()
+    with (
+        django_db_blocker.unblock()
+    ):  # close() sends request_finished: Django checks its DB connections
+        response.close()
     assert redis_client.zcard(INFLIGHT) == 0
 
 
