@@ -71,29 +71,33 @@ class Tally:
         if not _well_formed(event):
             self.totals["events_malformed"] += 1
             return
-        at, tenant, route, policy, version, outcome, limit, count = event
+        at, tenant, route, _, _, outcome, _, count = event
         tenant, route = tenant[:_TEXT], route[:_TEXT]
         self.events += count
         self.minutes[(at // 60_000, tenant, route, outcome)] += count
         self.totals[f"decisions_{outcome}"] += count
         if outcome == Outcome.LIMITED:
-            kept = self.rejections[tenant]
-            kept.append(
-                Rejection(
-                    at=datetime.fromtimestamp(at / 1000, UTC),
-                    tenant=tenant,
-                    route=route,
-                    policy=policy[:220],
-                    limit=limit[:40],
-                    dimension=limit.rpartition("-")[0][:10],
-                    snapshot_version=version,
-                    gateway=gateway,
-                    count=count,
-                )
+            self._rejected(event, tenant, route, gateway)
+
+    def _rejected(self, event: list, tenant: str, route: str, gateway: str) -> None:
+        at, _, _, policy, version, _, limit, count = event
+        kept = self.rejections[tenant]
+        kept.append(
+            Rejection(
+                at=datetime.fromtimestamp(at / 1000, UTC),
+                tenant=tenant,
+                route=route,
+                policy=policy[:220],
+                limit=limit[:40],
+                dimension=limit.rpartition("-")[0][:10],
+                snapshot_version=version,
+                gateway=gateway,
+                count=count,
             )
-            if len(kept) > 2 * self.per_tenant:  # keep memory bounded under a flood
-                kept.sort(key=lambda r: r.at, reverse=True)
-                del kept[self.per_tenant :]
+        )
+        if len(kept) > 2 * self.per_tenant:  # keep memory bounded under a flood
+            kept.sort(key=lambda r: r.at, reverse=True)
+            del kept[self.per_tenant :]
 
     def save(self) -> None:
         """Write the tally (inside the caller's transaction)."""

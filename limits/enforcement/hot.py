@@ -71,20 +71,7 @@ def hot_finish(
 ) -> Decision:
     """The Decision for ``reply`` to ``call``; settles leases and remembers rejections."""
     plan, admitted = prepared.plan, reply[0] == 1
-    for index, (limit_plan, role) in enumerate(
-        zip(plan.limits, call.roles, strict=True)
-    ):
-        if role is not None:
-            leases.settle(
-                prepared.keys[index],
-                role,
-                increment=limit_plan.geometry.increment,
-                admitted=admitted,
-                granted=reply[3 * index + 3],
-                debt=reply[3 * index + 2],
-                now=now,
-                lease_us=limit_plan.lease_us,
-            )
+    _settle(prepared, call, reply, leases, admitted=admitted, now=now)
     if not admitted:
         rejections.remember(plan, prepared.keys, reply, now, step=3)
     offset = 1 + 3 * len(plan.limits)
@@ -99,6 +86,32 @@ def hot_finish(
         if reply[offset + 2 * index] == 1
     )
     return decision._replace(held=Held(taken, call.request_id)) if taken else decision
+
+
+def _settle(
+    prepared: Prepared,
+    call: HotCall,
+    reply: list[int],
+    leases: Leases,
+    *,
+    admitted: bool,
+    now: int,
+) -> None:
+    """Tell the lease pools how the request ended (a refill, or tokens given back)."""
+    for index, (limit_plan, role) in enumerate(
+        zip(prepared.plan.limits, call.roles, strict=True)
+    ):
+        if role is not None:
+            leases.settle(
+                prepared.keys[index],
+                role,
+                increment=limit_plan.geometry.increment,
+                admitted=admitted,
+                granted=reply[3 * index + 3],
+                debt=reply[3 * index + 2],
+                now=now,
+                lease_us=limit_plan.lease_us,
+            )
 
 
 def hot_abort(prepared: Prepared, call: HotCall, leases: Leases) -> None:
