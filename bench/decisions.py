@@ -261,11 +261,16 @@ def main() -> None:
         print(
             f"cpus allowed: {sorted(os.sched_getaffinity(0))}; ops per block {options.ops}"
         )
-        for label, events in (("", False), (" with events", True)):
-            cpu = statistics.median(
-                client_cpu(snapshot, options.ops, events) for _ in range(5)
-            )
-            print(f"client CPU per decision{label} (no Redis): {cpu:.2f} µs")
+        pairs = [
+            (client_cpu(snapshot, options.ops), client_cpu(snapshot, options.ops, True))
+            for _ in range(7)  # interleaved: a noisy moment hits both alike
+        ]
+        plain, evented = zip(*pairs, strict=True)
+        print(
+            f"client CPU per decision (no Redis): {spread(list(plain), 2)} µs; "
+            f"with events: {spread(list(evented), 2)} µs; "
+            f"ratio {spread([e / p for p, e in pairs], 3)}"
+        )
         for scenario in ("random key", "hot key"):
             report(
                 f"sync, {scenario}",

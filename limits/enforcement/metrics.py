@@ -1,7 +1,10 @@
 """Decision events: every decision, buffered in memory and flushed to a Redis stream.
 
-The request path pays for :meth:`DecisionEvents.add` only: a length check and
-a deque append of ``(time, tenant, decision)``. A daemon thread wakes every
+The request path pays for :meth:`DecisionEvents.add` only: a length check, a
+few attribute reads and a deque append of a tuple of plain values (the
+decision itself is not kept: holding thousands of them alive until the flush
+would cost every request more, in memory and garbage collection, than the
+append does). A daemon thread wakes every
 ``interval`` seconds, encodes what accumulated and writes it with pipelined
 ``XADD ... MAXLEN ~ maxlen`` (approximate trimming: cheap, and the stream stays
 bounded). When the buffer holds ``capacity`` events, new ones are dropped and
@@ -39,6 +42,7 @@ from typing import Any
 import redis
 
 from .decision import Decision, Outcome
+from .snapshot import Policy
 from .validation import policy_ref
 
 __all__ = ["STREAM_KEY", "DecisionEvents", "count_events"]
@@ -47,43 +51,21 @@ STREAM_KEY = "sluice:decisions"  #: the stream the control plane aggregates
 ENTRY_FORMAT = "1"
 
 logger = logging.getLogger("limits.enforcement.metrics")
+_LIMITED = Outcome.LIMITED
 
-_Event = tuple[float, str | None, Decision]
+#: What the buffer holds per decision: (epoch s, tenant, route, policy ref, version,
+#: outcome, limit). Plain strings and numbers only, so that the Decision itself is
+#: freed at once and the garbage collector never has to look at buffered events.
+_Event = tuple[float, str, str, str, int, str, str]
 
 
 def count_events(events: list[_Event]) -> list[list[Any]]:
     """Records of ``events``: identical decisions of one second counted together."""
     counts: dict[tuple[Any, ...], int] = {}
-    policies = {}
-    limited = Outcome.LIMITED
-    for at, tenant, decision in events:
-        deciding = decision.deciding
-        outcome = decision.outcome
-        policy = decision.policy
-        key = (
-            int(at),
-            tenant or "",
-            decision.route or "",
-            id(policy),
-            decision.snapshot_version,
-            outcome,
-            deciding.name if outcome is limited and deciding is not None else "",
-        )
+    for at, tenant, route, policy, version, outcome, limit in events:
+        key = (int(at), tenant, route, policy, version, outcome, limit)
         counts[key] = counts.get(key, 0) + 1
-        policies[id(policy)] = policy
-    refs = {key: policy_ref(policy) for key, policy in policies.items()}
-    return [
-        [second * 1000, tenant, route, refs[policy], version, outcome.value, limit, n]
-        for (
-            second,
-            tenant,
-            route,
-            policy,
-            version,
-            outcome,
-            limit,
-        ), n in counts.items()
-    ]
+    return [[key[0] * 1000, *key[1:], n] for key, n in counts.items()]
 
 
 class DecisionEvents:
@@ -111,6 +93,7 @@ class DecisionEvents:
         self.maxlen = maxlen
         self._wall = wall
         self._buffer: collections.deque[_Event] = collections.deque()
+        self._refs: dict[int, tuple[Policy, str]] = {}
         self.dropped = 0  #: events dropped so far (buffer full, or a failed flush)
         self._reported = 0  #: of ``dropped``, how many entries already reported
         self.written = 0  #: events written to the stream so far
@@ -120,10 +103,31 @@ class DecisionEvents:
 
     def add(self, tenant: str | None, decision: Decision) -> None:
         """Buffer one decision; drop and count it when the buffer is full. Never blocks."""
-        if len(self._buffer) < self.capacity:
-            self._buffer.append((self._wall(), tenant, decision))
-        else:
+        if len(self._buffer) >= self.capacity:
             self.dropped += 1
+            return
+        policy, outcome, deciding = decision.policy, decision.outcome, decision.deciding
+        ref = self._refs.get(id(policy))
+        if ref is None or ref[0] is not policy:
+            ref = self._ref(policy)
+        self._buffer.append(
+            (
+                self._wall(),
+                tenant or "",
+                decision.route or "",
+                ref[1],
+                decision.snapshot_version,
+                outcome.value,
+                deciding.name if outcome is _LIMITED and deciding is not None else "",
+            )
+        )
+
+    def _ref(self, policy: Policy) -> tuple[Policy, str]:
+        """The policy's ``scope/route`` text, computed once per policy (kept alive with it)."""
+        if len(self._refs) >= 10_000:  # snapshots come and go: forget the old ones
+            self._refs.clear()
+        ref = self._refs[id(policy)] = (policy, policy_ref(policy))
+        return ref
 
     def __len__(self) -> int:
         return len(self._buffer)
