@@ -7,7 +7,7 @@ PORT ?= 8000
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
-.PHONY: install run test check lint format bench gateway clean
+.PHONY: install run test check lint format bench gateway traffic clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ test: check
 # (control plane URL, gateway token, Redis...) are SLUICE_* environment variables: see gateway/demo.py.
 gateway: install
 	$(PY) -m gateway.demo
+
+# Skewed traffic through the demo gateway (make gateway) for a minute, so the
+# dashboards show who is limited: tenants from the rules, GATEWAY_URL to aim it.
+GATEWAY_URL ?= http://127.0.0.1:8080
+traffic: install
+	$(PY) manage.py generate_traffic --gateway $(GATEWAY_URL)
 
 # Decisions per second and latency of the client next to a raw EVALSHA (starts its own redis-server).
 bench: install

@@ -3,8 +3,9 @@
 Starts its own redis-server on a free loopback port, then for each scenario
 (a random key among 10k, one hot key) and each API (sync, asyncio) runs A B A B
 interleaved blocks: A is a bare redis-py ``evalsha`` of the same script with
-the same keys and arguments, B is ``Limiter.decide``. Prints figures; never
-asserts anything. Usage (see docs/benchmarks.md)::
+the same keys and arguments, B is ``Limiter.decide``; the sync runs add C,
+``Limiter.decide`` handing every decision to running ``DecisionEvents``. Prints
+figures; never asserts anything. Usage (see docs/benchmarks.md)::
 
     .venv/bin/python bench/decisions.py [--ops 4000] [--repeats 5] [--redis-cpu 1]
 """
@@ -16,11 +17,8 @@ import asyncio
 import os
 import random
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +29,10 @@ import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.servers import start_redis, stop_redis
 from limits.enforcement import (  # importable thanks to the path above
     AsyncLimiter,
+    DecisionEvents,
     Dimension,
     Limit,
     Limiter,
@@ -45,26 +45,6 @@ from limits.enforcement.bucket import SCRIPT, connect, connect_async
 from limits.enforcement.bundle import fallback_snapshot
 
 KEYS = 10_000
-
-
-def start_redis(cpu: int | None) -> tuple[subprocess.Popen[bytes], int, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="sluice-bench-")
-    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
-    command += ["--save", "", "--appendonly", "no", "--dir", workdir]
-    if cpu is not None:
-        command = ["taskset", "-c", str(cpu), *command]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    for _ in range(500):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.01)
-    return process, port, workdir
 
 
 def bench_rules() -> Snapshot:
@@ -162,17 +142,31 @@ def sync_variants(url: str, snapshot: Snapshot, requests: list[tuple[str, str]])
     return raw, client
 
 
+def events_variant(url: str, snapshot: Snapshot) -> tuple[Callable, DecisionEvents]:
+    """``Limiter.decide`` with decision events, their flush thread running."""
+    events = DecisionEvents(connect(url, timeout=0.5), gateway_id="bench").start()
+    limiter = Limiter(url, snapshot, timeout=0.5, events=events)
+
+    def evented(tenant: str, ip: str) -> object:
+        return limiter.decide(route="search", tenant=tenant, ip=ip)
+
+    return evented, events
+
+
 def bench_sync(
     url, snapshot, scenario, ops, repeats
 ) -> dict[str, list[dict[str, float]]]:
     requests = requests_for(scenario, ops)
     raw, client = sync_variants(url, snapshot, requests)
-    run_sync(raw, requests[:500]), run_sync(client, requests[:500])  # warm up
-    results: dict[str, list[dict[str, float]]] = {"raw": [], "client": []}
+    evented, events = events_variant(url, snapshot)
+    variants = [("raw", raw), ("client", client), ("events", evented)]
+    for _, call in variants:
+        run_sync(call, requests[:500])  # warm up
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     for repeat in range(repeats):
-        order = [("raw", raw), ("client", client)]
-        for name, call in order if repeat % 2 == 0 else reversed(order):
+        for name, call in variants if repeat % 2 == 0 else reversed(variants):
             results[name].append(run_sync(call, requests))
+    events.stop()
     return results
 
 
@@ -207,20 +201,17 @@ def bench_async(
     return asyncio.run(main())
 
 
-def client_cpu(snapshot: Snapshot, ops: int) -> float:
+def client_cpu(snapshot: Snapshot, ops: int, events: bool = False) -> float:
     """µs of client work per decision with Redis replaced by a canned reply."""
-    limiter = Limiter("redis://127.0.0.1:1", snapshot)
-    reply = [1, 1, 1_000, 1, 1_000]
-    requests = requests_for("random key", ops)
-    for (
-        tenant,
-        ip,
-    ) in requests:  # warm the resolution cache, as a running gateway has it
+    sink = DecisionEvents(connect("redis://127.0.0.1:1"), gateway_id="b", capacity=ops)
+    limiter = Limiter("redis://127.0.0.1:1", snapshot, events=sink if events else None)
+    reply, requests = [1, 1, 1_000, 1, 1_000], requests_for("random key", ops)
+    for tenant, ip in requests:  # warm the resolution cache, as a gateway has it
         limiter.prepare("search", None, None, tenant, None, None, ip)
     began = time.perf_counter()
     for tenant, ip in requests:
         engine, prepared = limiter.prepare("search", None, None, tenant, None, None, ip)
-        engine.decision(prepared, reply)
+        limiter.record(tenant, engine.decision(prepared, reply))
     return (time.perf_counter() - began) / ops * 1e6
 
 
@@ -238,13 +229,14 @@ def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
     for name, runs in results.items():
         cells = [spread([r[k] for r in runs]) for k in ("per_s", "p50", "p99", "p999")]
         print(f"  {name:7} {cells[0]:>26} {cells[1]:>24} {cells[2]:>24} {cells[3]:>26}")
-    ratios = [
-        c["mean"] / r["mean"]
-        for r, c in zip(results["raw"], results["client"], strict=True)
-    ]
-    print(
-        f"  client / raw time per decision: {spread(ratios, 2)} (median [min .. max])"
-    )
+    for upper, lower in (("client", "raw"), ("events", "client")):
+        if upper not in results:
+            continue
+        ratios = [
+            c["mean"] / r["mean"]
+            for r, c in zip(results[lower], results[upper], strict=True)
+        ]
+        print(f"  {upper} / {lower} time per decision: {spread(ratios, 2)}")
 
 
 def main() -> None:
@@ -269,8 +261,15 @@ def main() -> None:
         print(
             f"cpus allowed: {sorted(os.sched_getaffinity(0))}; ops per block {options.ops}"
         )
+        pairs = [
+            (client_cpu(snapshot, options.ops), client_cpu(snapshot, options.ops, True))
+            for _ in range(7)  # interleaved: a noisy moment hits both alike
+        ]
+        plain, evented = zip(*pairs, strict=True)
         print(
-            f"client CPU per decision (no Redis): {client_cpu(snapshot, options.ops):.1f} µs"
+            f"client CPU per decision (no Redis): {spread(list(plain), 2)} µs; "
+            f"with events: {spread(list(evented), 2)} µs; "
+            f"ratio {spread([e / p for p, e in pairs], 3)}"
         )
         for scenario in ("random key", "hot key"):
             report(
@@ -282,9 +281,7 @@ def main() -> None:
                 bench_async(url, snapshot, scenario, options.ops, options.repeats),
             )
     finally:
-        process.terminate()
-        process.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_redis(process, workdir)
 
 
 if __name__ == "__main__":

@@ -28,3 +28,15 @@ def schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
         name="send due reminders, re-queue lost notifications",
         expires=float(settings.SLUICE_ANNOUNCE_INTERVAL),
     )
+    sender.add_periodic_task(
+        float(settings.SLUICE_STATS_INTERVAL),
+        sender.signature("limits.decision_stream_aggregate"),
+        name="roll the decision stream up",
+        expires=float(settings.SLUICE_STATS_INTERVAL),
+    )
+    sender.add_periodic_task(
+        float(settings.SLUICE_STATS_PRUNE_INTERVAL),
+        sender.signature("limits.stats_prune"),
+        name="prune old statistics",
+        expires=float(settings.SLUICE_STATS_PRUNE_INTERVAL),
+    )

@@ -202,6 +202,23 @@ SLUICE_WEBHOOK_TIMEOUT = env_int("SLUICE_WEBHOOK_TIMEOUT", 10)
 SLUICE_SECRET_KEYS = env_list("SLUICE_SECRET_KEYS", "")
 #: The address customers reach the changelog at, for links in webhooks and emails.
 SLUICE_PUBLIC_URL = os.environ.get("SLUICE_PUBLIC_URL", "http://127.0.0.1:8000")
+#: The Redis stream gateways write decision events to (limits.enforcement.DecisionEvents).
+SLUICE_DECISION_STREAM = os.environ.get("SLUICE_DECISION_STREAM", "sluice:decisions")
+#: Seconds between two runs of the beat task that rolls the decision stream up.
+SLUICE_STATS_INTERVAL = env_int("SLUICE_STATS_INTERVAL", 10)
+#: Days of per-minute decision counts kept for the dashboards.
+SLUICE_STATS_RETENTION_DAYS = env_int("SLUICE_STATS_RETENTION_DAYS", 30)
+#: Days, and rows per tenant, of the recent-rejections log.
+SLUICE_STATS_REJECTION_RETENTION_DAYS = env_int(
+    "SLUICE_STATS_REJECTION_RETENTION_DAYS", 7
+)
+SLUICE_STATS_REJECTIONS_PER_TENANT = env_int("SLUICE_STATS_REJECTIONS_PER_TENANT", 200)
+#: Days the ids of aggregated stream entries are remembered (they are never counted twice).
+SLUICE_STATS_LEDGER_RETENTION_DAYS = env_int("SLUICE_STATS_LEDGER_RETENTION_DAYS", 7)
+#: Seconds between two runs of the beat task that prunes old statistics.
+SLUICE_STATS_PRUNE_INTERVAL = env_int("SLUICE_STATS_PRUNE_INTERVAL", 3600)
+#: When set, GET /metrics requires "Authorization: Bearer <this token>".
+SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")

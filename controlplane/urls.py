@@ -1,4 +1,5 @@
-"""Root URLs: the admin, the API, its schema and documentation, and the public changelog."""
+"""Root URLs: the admin, the API, its schema and documentation, the public changelog,
+and Prometheus metrics."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -8,6 +9,8 @@ from drf_spectacular.views import (
     SpectacularRedocView,
     SpectacularSwaggerView,
 )
+
+from api.views.metrics import metrics_view
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
@@ -21,4 +24,5 @@ urlpatterns = [
         name="swagger-ui",
     ),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    path("metrics", metrics_view, name="metrics"),
 ]

@@ -19,6 +19,13 @@ SLUICE_SNAPSHOT_CACHE       .sluice/gateway-<id>.json                  last good
 SLUICE_POLL_INTERVAL        5                                          seconds between polls
 SLUICE_TRUSTED_PROXIES      (empty)                                    comma-separated proxy addresses
 SLUICE_GATEWAY_HOST / PORT  127.0.0.1 / 8080                           where the gateway listens
+SLUICE_BUNDLE_FILE          (empty)                                    rules from this bundle file
+                                                                       (``manage.py gateway_bundle``)
+                                                                       instead of polling; re-read
+                                                                       when it changes
+SLUICE_EVENTS               1                                          0: no decision events
+SLUICE_EVENTS_REDIS_URL     SLUICE_REDIS_URL                           Redis of the decision stream
+                                                                       (the control plane's REDIS_URL)
 =========================== ========================================== ==============================
 
 Callers identify themselves with ``X-Tenant``, ``X-User`` and ``X-Api-Key``
@@ -32,16 +39,29 @@ import logging
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from limits.enforcement import Identity, Limiter, SnapshotSource, connect
+from limits.enforcement import (
+    Bundle,
+    DecisionEvents,
+    Identity,
+    Limiter,
+    Snapshot,
+    SnapshotError,
+    SnapshotSource,
+    connect,
+    fallback_snapshot,
+)
+from limits.enforcement.bundle import parse_bundle_bytes
 from limits.enforcement.wsgi import RateLimitMiddleware
 
-__all__ = ["Gateway", "backends", "build", "identify", "main"]
+__all__ = ["BundleFile", "Gateway", "backends", "build", "identify", "main"]
 
 logger = logging.getLogger("gateway.demo")
 SNAPSHOT_PATH = "/api/v1/snapshot"
@@ -101,13 +121,54 @@ def backends(
     return _json(start_response, "404 Not Found", {"error": "not_found", "path": path})
 
 
+class BundleFile:
+    """Rules from a bundle file (``manage.py gateway_bundle``), re-read when it changes.
+
+    A file that cannot be read or verified keeps the rules in force (the
+    built-in strict ones before any good file), as a bad poll would.
+    """
+
+    def __init__(self, path: str | Path, *, check_every: float = 1.0) -> None:
+        self.path = Path(path)
+        self.check_every = check_every
+        self._bundle = Bundle(fallback_snapshot())
+        self._stamp: float | None = None
+        self._next_check = 0.0
+
+    def current(self) -> Snapshot:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + self.check_every
+            self._reload()
+        return self._bundle.in_force(time.time())
+
+    def _reload(self) -> None:
+        try:
+            stamp = self.path.stat().st_mtime
+            if stamp != self._stamp:
+                self._bundle = parse_bundle_bytes(self.path.read_bytes())
+                self._stamp = stamp
+                logger.info(
+                    "bundle_file.applied: version %s", self._bundle.active.version
+                )
+        except (OSError, SnapshotError) as exc:
+            logger.warning("bundle_file.ignored: %s: %s", self.path, exc)
+
+    def start(self) -> BundleFile:
+        return self
+
+    def stop(self) -> None:
+        pass
+
+
 @dataclass
 class Gateway:
-    """The assembled gateway: the WSGI app, and the source and limiter behind it."""
+    """The assembled gateway: the WSGI app, and the source, limiter and events behind it."""
 
     app: RateLimitMiddleware
-    source: SnapshotSource
+    source: SnapshotSource | BundleFile
     limiter: Limiter
+    events: DecisionEvents | None = None
 
 
 def _token(env: Mapping[str, str]) -> str:
@@ -119,11 +180,11 @@ def _token(env: Mapping[str, str]) -> str:
     return env.get("SLUICE_GATEWAY_TOKEN", "")
 
 
-def build(env: Mapping[str, str]) -> Gateway:
-    """Assemble the gateway from ``env`` (see the module docstring); nothing starts yet."""
-    gateway_id = env.get("SLUICE_GATEWAY_ID") or socket.gethostname()
+def _source(env: Mapping[str, str], gateway_id: str) -> SnapshotSource | BundleFile:
+    if env.get("SLUICE_BUNDLE_FILE"):
+        return BundleFile(env["SLUICE_BUNDLE_FILE"])
     base = env.get("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8000").rstrip("/")
-    source = SnapshotSource(
+    return SnapshotSource(
         base + SNAPSHOT_PATH,
         _token(env),
         gateway_id=gateway_id,
@@ -131,13 +192,30 @@ def build(env: Mapping[str, str]) -> Gateway:
         or f".sluice/gateway-{gateway_id}.json",
         interval=float(env.get("SLUICE_POLL_INTERVAL", "5")),
     )
+
+
+def _events(env: Mapping[str, str], gateway_id: str) -> DecisionEvents | None:
+    if env.get("SLUICE_EVENTS", "1") == "0":
+        return None
+    url = env.get("SLUICE_EVENTS_REDIS_URL") or env.get(
+        "SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"
+    )
+    # The flush runs in a background thread: a generous timeout costs no request anything.
+    return DecisionEvents(connect(url, timeout=2.0), gateway_id=gateway_id)
+
+
+def build(env: Mapping[str, str]) -> Gateway:
+    """Assemble the gateway from ``env`` (see the module docstring); nothing starts yet."""
+    gateway_id = env.get("SLUICE_GATEWAY_ID") or socket.gethostname()
+    source = _source(env, gateway_id)
     cluster = env.get("SLUICE_REDIS_CLUSTER", "0") == "1"
     client = connect(
         env.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"),
         timeout=float(env.get("SLUICE_REDIS_TIMEOUT", "0.005")),
         cluster=cluster,
     )
-    limiter = Limiter(client, source)
+    events = _events(env, gateway_id)
+    limiter = Limiter(client, source, events=events)
     proxies = [p for p in env.get("SLUICE_TRUSTED_PROXIES", "").split(",") if p.strip()]
     app = RateLimitMiddleware(
         backends,
@@ -146,7 +224,7 @@ def build(env: Mapping[str, str]) -> Gateway:
         trusted_proxies=proxies,
         github_headers=True,
     )
-    return Gateway(app, source, limiter)
+    return Gateway(app, source, limiter, events)
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
@@ -167,11 +245,14 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     gateway = build(os.environ)
     gateway.source.start()
+    if gateway.events is not None:
+        gateway.events.start()
     host = os.environ.get("SLUICE_GATEWAY_HOST", "127.0.0.1")
     port = int(os.environ.get("SLUICE_GATEWAY_PORT", "8080"))
     server = serve(gateway, host, port)
+    origin = getattr(gateway.source, "url", None) or getattr(gateway.source, "path", "")
     print(
-        f"Sluice demo gateway on http://{host}:{port}/v1/search  (rules from {gateway.source.url})"
+        f"Sluice demo gateway on http://{host}:{port}/v1/search  (rules from {origin})"
     )
     try:
         server.serve_forever()
@@ -179,6 +260,8 @@ def main() -> None:
         pass
     finally:
         gateway.source.stop()
+        if gateway.events is not None:
+            gateway.events.stop()
         server.server_close()
 
 

@@ -13,9 +13,21 @@ from datetime import datetime
 from typing import Any
 
 from limits.choices import ChangeKind
-from limits.enforcement.snapshot import Limit, Policy, Route, Rules, describe_limit
+from limits.enforcement.snapshot import (
+    Policy,
+    Route,
+    Rules,
+    describe_limit,
+)
 from limits.enforcement.validation import policy_ref
-from limits.impact import Affected, Reach, bucket_kind, compare_limits
+from limits.impact import Affected, Reach, compare_policies
+from limits.limit_changes import (
+    FieldChange,
+    LimitChange,
+    cap_changes,
+    everything,
+    limit_changes,
+)
 
 __all__ = [
     "Change",
@@ -28,52 +40,6 @@ __all__ = [
 ]
 
 _ROUTE_FIELDS = ("methods", "path", "cost", "failure_mode")
-_LIMIT_FIELDS = ("rate", "burst", "cost", "shadow")
-
-
-@dataclass(frozen=True)
-class FieldChange:
-    """One member that moved: ``cost: 1 → 2``."""
-
-    field: str
-    before: Any
-    after: Any
-
-    def to_json(self) -> dict:
-        return {"field": self.field, "before": self.before, "after": self.after}
-
-
-@dataclass(frozen=True)
-class LimitChange:
-    """One token bucket of a policy, identified by dimension and period."""
-
-    dimension: str
-    period: int
-    kind: ChangeKind  #: new, removed, or its direction for a client
-    before: Limit | None
-    after: Limit | None
-    fields: tuple[FieldChange, ...] = ()
-
-    @property
-    def text(self) -> str:
-        if self.before is None:
-            return f"new limit {describe_limit(self.after)}"
-        if self.after is None:
-            return f"no more limit {describe_limit(self.before)}"
-        was, now = describe_limit(self.before), describe_limit(self.after)
-        subject, _, rest = now.partition(": ")
-        return f"{was} → {rest if was.startswith(subject + ': ') else now}"
-
-    def to_json(self) -> dict:
-        return {
-            "dimension": self.dimension,
-            "period": self.period,
-            "kind": self.kind.value,
-            "before": self.before.to_json() if self.before else None,
-            "after": self.after.to_json() if self.after else None,
-            "fields": [f.to_json() for f in self.fields],
-            "text": self.text,
-        }
 
 
 @dataclass(frozen=True)
@@ -182,13 +148,14 @@ def policy_change(
     if now is None:
         return _policy_removed(was, reach, new)
     cost = _route_cost(new, now)
-    limits = _limit_changes(was.limits, now.limits, cost)
+    limits = limit_changes(was.limits, now.limits, cost)
+    limits += cap_changes(was.concurrency, now.concurrency)
     fields = ()
     if was.expires_at != now.expires_at:
         fields = (
             FieldChange("expires_at", _time(was.expires_at), _time(now.expires_at)),
         )
-    kind = compare_limits(was.limits, now.limits, route_cost=cost)
+    kind = compare_policies(was, now, route_cost=cost)
     said = [lim.text for lim in limits] + [
         f"expires {f.before} → {f.after}" for f in fields
     ]
@@ -200,7 +167,7 @@ def policy_change(
 
 def _policy_added(policy: Policy, reach: Reach, new: Rules) -> Change:
     before = reach.old.probe.policy_for(policy.scope, policy.route)
-    said = "; ".join(describe_limit(lim) for lim in _sorted(policy.limits))
+    said = "; ".join(describe_limit(lim) for lim in everything(policy))
     text = f"new policy {policy.describe()}: {said}"
     if before is not None:  # None: the first version, nothing to compare with
         text += f" (instead of {before.describe()})"
@@ -209,7 +176,7 @@ def _policy_added(policy: Policy, reach: Reach, new: Rules) -> Change:
 
 def _policy_removed(policy: Policy, reach: Reach, new: Rules) -> Change:
     after = reach.new.probe.policy_for(policy.scope, policy.route)
-    said = "; ".join(describe_limit(lim) for lim in _sorted(policy.limits))
+    said = "; ".join(describe_limit(lim) for lim in everything(policy))
     text = (
         f"{policy.describe()} removed (was {said}); {after.describe()} applies instead"
     )
@@ -221,17 +188,17 @@ def _whole_policy(kind, policy, before, after, text, reach, new) -> Change:
     direction = None
     if before is not None:
         cost = _route_cost(new, policy)
-        direction = compare_limits(before.limits, after.limits, route_cost=cost)
+        direction = compare_policies(before, after, route_cost=cost)
     new_ = kind == ChangeKind.NEW
     limits = tuple(
         LimitChange(
             lim.dimension,
-            lim.period,
+            getattr(lim, "period", None),
             kind,
             None if new_ else lim,
             lim if new_ else None,
         )
-        for lim in _sorted(policy.limits)
+        for lim in everything(policy)
     )
     return Change(
         "policy",
@@ -244,40 +211,9 @@ def _whole_policy(kind, policy, before, after, text, reach, new) -> Change:
     )
 
 
-def _limit_changes(
-    was: tuple[Limit, ...], now: tuple[Limit, ...], cost: int
-) -> tuple[LimitChange, ...]:
-    old = {(lim.dimension, lim.period): lim for lim in was}
-    new = {(lim.dimension, lim.period): lim for lim in now}
-    changes = []
-    for key in sorted(old.keys() | new.keys()):
-        before, after = old.get(key), new.get(key)
-        if before == after:
-            continue
-        if before is None or after is None:
-            kind = ChangeKind.NEW if before is None else ChangeKind.REMOVED
-            changes.append(LimitChange(key[0], key[1], kind, before, after))
-            continue
-        fields = tuple(
-            FieldChange(f, getattr(before, f), getattr(after, f))
-            for f in _LIMIT_FIELDS
-            if getattr(before, f) != getattr(after, f)
-        )
-        changes.append(
-            LimitChange(
-                key[0], key[1], bucket_kind(before, after, cost), before, after, fields
-            )
-        )
-    return tuple(changes)
-
-
 def _route_cost(rules: Rules, policy: Policy) -> int:
     route = rules.routes.get(policy.route)
     return route.cost if route else 1  # unmatched requests cost one token
-
-
-def _sorted(limits: tuple[Limit, ...]) -> list[Limit]:
-    return sorted(limits, key=Limit.sort_key)
 
 
 def _field(route: Route | None, name: str) -> Any:

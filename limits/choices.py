@@ -2,6 +2,7 @@
 
 from django.db import models
 
+from limits.enforcement.decision import Outcome as _Outcome
 from limits.enforcement.routing import HTTP_METHODS
 from limits.enforcement.snapshot import PERIODS
 from limits.enforcement.snapshot import Dimension as _Dimension
@@ -36,6 +37,22 @@ ScopeKind = models.TextChoices(
         ("TENANT", (_ScopeKind.TENANT.value, "one tenant")),
     ],
 )
+
+
+Outcome = models.TextChoices(
+    "Outcome",
+    [
+        (outcome.name, (outcome.value, outcome.value.replace("_", " ")))
+        for outcome in _Outcome
+    ],
+)
+
+
+class LimitKind(models.TextChoices):
+    """What a limit caps: a rate (a token bucket), or requests in flight at once."""
+
+    RATE = "rate", "rate: a token bucket"
+    CONCURRENT = "concurrent", "concurrent: requests in flight at once"
 
 
 class Period(models.IntegerChoices):

@@ -11,10 +11,11 @@ from collections.abc import Iterable
 from django.db.models import Q
 
 from limits import models
-from limits.choices import ScopeKind
+from limits.choices import LimitKind, ScopeKind
 from limits.enforcement import snapshot
 
 __all__ = [
+    "limit_rows_from_snapshot",
     "limit_to_snapshot",
     "policy_to_snapshot",
     "route_to_snapshot",
@@ -22,28 +23,85 @@ __all__ = [
 ]
 
 
-def limit_to_snapshot(limit: models.Limit) -> snapshot.Limit:
+def limit_to_snapshot(
+    limit: models.Limit,
+) -> snapshot.Limit | snapshot.ConcurrencyLimit:
+    """A row as the snapshot's value: a bucket, or a concurrency cap (kind "concurrent")."""
+    dimension = snapshot.Dimension(limit.dimension)
+    if limit.kind == LimitKind.CONCURRENT:
+        return snapshot.ConcurrencyLimit(
+            dimension=dimension,
+            max_inflight=limit.max_inflight,
+            timeout=limit.timeout,
+            shadow=limit.shadow,
+        )
     return snapshot.Limit(
-        dimension=snapshot.Dimension(limit.dimension),
+        dimension=dimension,
         rate=limit.rate,
         period=limit.period,
         burst=limit.burst,
         cost=limit.cost,
         shadow=limit.shadow,
+        shards=limit.shards,
+        lease=limit.lease,
+        lease_ms=limit.lease_ms,
     )
 
 
 def policy_to_snapshot(
     policy: models.Policy, limits: Iterable[models.Limit] | None = None
 ) -> snapshot.Policy:
-    """The snapshot form of ``policy``, with ``limits`` or else its saved limits."""
+    """The snapshot form of ``policy``, with ``limits`` or else its saved limits.
+
+    Rate limits go to the policy's ``limits``, concurrent ones to its
+    ``concurrency``, each in row order.
+    """
     rows = policy.limits.all() if limits is None else limits
+    values = [limit_to_snapshot(limit) for limit in rows]
     return snapshot.Policy(
         scope=policy.scope_key,
         route=policy.route_key,
-        limits=tuple(limit_to_snapshot(limit) for limit in rows),
+        limits=tuple(v for v in values if isinstance(v, snapshot.Limit)),
         expires_at=policy.expires_at,
+        concurrency=tuple(
+            v for v in values if isinstance(v, snapshot.ConcurrencyLimit)
+        ),
     )
+
+
+def limit_rows_from_snapshot(
+    row: models.Policy, policy: snapshot.Policy
+) -> list[models.Limit]:
+    """Unsaved limit rows of ``row`` that compile back to ``policy``'s limits (rollback)."""
+    rows = [
+        models.Limit(
+            policy=row,
+            dimension=lim.dimension.value,
+            rate=lim.rate,
+            period=lim.period,
+            burst=lim.burst,
+            cost=lim.cost,
+            shadow=lim.shadow,
+            shards=lim.shards,
+            lease=lim.lease,
+            lease_ms=lim.lease_ms,
+        )
+        for lim in policy.limits
+    ]
+    return rows + [
+        models.Limit(
+            policy=row,
+            kind=LimitKind.CONCURRENT,
+            dimension=cap.dimension.value,
+            rate=None,
+            period=None,
+            burst=None,
+            max_inflight=cap.max_inflight,
+            timeout=cap.timeout,
+            shadow=cap.shadow,
+        )
+        for cap in policy.concurrency
+    ]
 
 
 def route_to_snapshot(route: models.Route) -> snapshot.Route:

@@ -12,7 +12,14 @@ from django.db import models
 from limits.compiling import rules_compile
 from limits.enforcement.engine import Engine
 from limits.enforcement.resolver import Resolution, Resolver
-from limits.enforcement.snapshot import Limit, Rules, Snapshot, describe_limit
+from limits.enforcement.snapshot import (
+    ConcurrencyLimit,
+    Limit,
+    Policy,
+    Rules,
+    Snapshot,
+    describe_limit,
+)
 from limits.models import Tenant
 from limits.selectors import snapshot_document, snapshot_get_active
 
@@ -35,7 +42,12 @@ class EffectiveLimit:
 
     @property
     def limits(self) -> list[str]:
-        return [describe_limit(limit) for limit in self.resolution.policy.limits]
+        return _described(self.resolution.policy)
+
+
+def _described(policy: Policy) -> list[str]:
+    """Every limit of ``policy`` in words: buckets, then concurrency caps."""
+    return [describe_limit(limit) for limit in (*policy.limits, *policy.concurrency)]
 
 
 def effective_limits(
@@ -64,11 +76,11 @@ def effective_limits(
 
 @dataclass(frozen=True)
 class BucketKey:
-    """The bucket one limit of a request is charged to."""
+    """The bucket one limit of a request is charged to, or the set a cap counts it in."""
 
-    limit: Limit
-    key: str  #: the Redis key, exactly as a gateway builds it
-    cost: int  #: tokens this request takes from the bucket
+    limit: Limit | ConcurrencyLimit
+    key: str  #: the Redis key as a gateway builds it (``:s0…s3`` for a sharded bucket)
+    cost: int  #: tokens this request takes from the bucket (a slot for a cap)
 
 
 class ExplainSource(models.TextChoices):
@@ -91,7 +103,7 @@ class Explanation:
 
     @property
     def limits(self) -> list[str]:
-        return [describe_limit(limit) for limit in self.resolution.policy.limits]
+        return _described(self.resolution.policy)
 
 
 def explain(
@@ -135,8 +147,13 @@ def explain(
         now=now,
     )
     keys = tuple(
-        BucketKey(plan.limit, key, plan.limit.cost or prepared.cost)
+        BucketKey(
+            plan.limit, _unsharded(plan.limit, key), plan.limit.cost or prepared.cost
+        )
         for plan, key in zip(prepared.plan.limits, prepared.keys, strict=True)
+    ) + tuple(
+        BucketKey(slot.limit, key, 1)
+        for slot, key in zip(prepared.plan.slots, prepared.slots, strict=True)
     )
     return Explanation(
         source=source,
@@ -146,6 +163,13 @@ def explain(
         resolution=resolution,
         keys=keys,
     )
+
+
+def _unsharded(limit: Limit, key: str) -> str:
+    """A gateway picks one shard per request; show which keys it picks from."""
+    if limit.shards == 1:
+        return key
+    return f"{key.rpartition(':s')[0]}:s0…s{limit.shards - 1}"
 
 
 def _unhashed_snapshot(rules: Rules, version: int | None) -> Snapshot:

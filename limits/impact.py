@@ -26,6 +26,7 @@ from limits.enforcement.resolver import Level, Resolution, Resolver
 from limits.enforcement.snapshot import (
     ALL_ROUTES,
     DEFAULT_SCOPE,
+    ConcurrencyLimit,
     Limit,
     Policy,
     Rules,
@@ -38,8 +39,10 @@ __all__ = [
     "Probe",
     "Reach",
     "bucket_kind",
+    "compare_caps",
     "compare_limit",
     "compare_limits",
+    "compare_policies",
     "worst",
 ]
 
@@ -122,6 +125,38 @@ def compare_limits(
     return worst(kinds)
 
 
+def compare_caps(
+    before: Iterable[ConcurrencyLimit], after: Iterable[ConcurrencyLimit]
+) -> ChangeKind:
+    """Direction of concurrency caps, keyed by dimension (shadow ones count as absent):
+    a new or smaller cap is lowered, a removed or larger one raised."""
+    old = {cap.dimension: cap for cap in before if not cap.shadow}
+    new = {cap.dimension: cap for cap in after if not cap.shadow}
+    kinds = [ChangeKind.LOWERED for key in new.keys() - old.keys()]
+    kinds += [ChangeKind.RAISED for key in old.keys() - new.keys()]
+    for key in old.keys() & new.keys():
+        was, now = old[key].max_inflight, new[key].max_inflight
+        if was != now:
+            kinds.append(ChangeKind.LOWERED if now < was else ChangeKind.RAISED)
+    return worst(kinds)
+
+
+def compare_policies(
+    before: Policy | None, after: Policy | None, *, route_cost: int = 1
+) -> ChangeKind:
+    """Direction from one policy to another: its buckets and its concurrency caps.
+
+    Hot-key options (shards, leases) move no limit either way: changing them alone
+    is "changed".
+    """
+    return worst(
+        [
+            compare_limits(_limits(before), _limits(after), route_cost=route_cost),
+            compare_caps(_caps(before), _caps(after)),
+        ]
+    )
+
+
 class Probe:
     """Resolve for a tier as a whole: the resolver, with a stand-in tenant per tier."""
 
@@ -162,6 +197,10 @@ class Probe:
 
 def _limits(policy: Policy | None) -> tuple[Limit, ...]:
     return policy.limits if policy else ()
+
+
+def _caps(policy: Policy | None) -> tuple[ConcurrencyLimit, ...]:
+    return policy.concurrency if policy else ()
 
 
 def _stand_in(tier: str) -> str:
@@ -217,13 +256,9 @@ class Reach:
         if (was, now) not in self._moves:
             rules = self.new.probe.rules
             kinds = [
-                compare_limits(
-                    _limits(
-                        self.old.probe.policy_for(f"{ScopeKind.TIER}:{was}", route)
-                    ),
-                    _limits(
-                        self.new.probe.policy_for(f"{ScopeKind.TIER}:{now}", route)
-                    ),
+                compare_policies(
+                    self.old.probe.policy_for(f"{ScopeKind.TIER}:{was}", route),
+                    self.new.probe.policy_for(f"{ScopeKind.TIER}:{now}", route),
                     route_cost=rules.routes[route].cost if route in rules.routes else 1,
                 )
                 for route in [*sorted(rules.routes), ALL_ROUTES]

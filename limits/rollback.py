@@ -23,7 +23,12 @@ from django.db import transaction
 from limits import models
 from limits.audit import Actor, audit_record, serialize_for_audit
 from limits.choices import AuditAction
-from limits.compiling import policy_to_snapshot, route_to_snapshot, rules_compile
+from limits.compiling import (
+    limit_rows_from_snapshot,
+    policy_to_snapshot,
+    route_to_snapshot,
+    rules_compile,
+)
 from limits.enforcement import snapshot
 from limits.publishing import publishing_lock, require_publisher, snapshot_store
 from limits.selectors import snapshot_rules
@@ -145,7 +150,7 @@ def _restore_policies(rules, tiers, tenants, routes, actor, reason) -> None:
         row = row or _new_policy(wanted, tiers, tenants, routes, reason)
         before = _before(row)
         row.expires_at = wanted.expires_at
-        _save(row, before, actor, reason, limits=wanted.limits)
+        _save(row, before, actor, reason, limits=wanted)
     for row in rows.values():
         _delete(row, actor, reason)
 
@@ -173,18 +178,7 @@ def _save(row, before, actor, reason, *, limits=None) -> None:
     row.save()
     if limits is not None:
         row.limits.all().delete()
-        models.Limit.objects.bulk_create(
-            models.Limit(
-                policy=row,
-                dimension=lim.dimension.value,
-                rate=lim.rate,
-                period=lim.period,
-                burst=lim.burst,
-                cost=lim.cost,
-                shadow=lim.shadow,
-            )
-            for lim in limits
-        )
+        models.Limit.objects.bulk_create(limit_rows_from_snapshot(row, limits))
         row = models.Policy.objects.prefetch_related("limits").get(pk=row.pk)
     audit_record(
         actor=actor,

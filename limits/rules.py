@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 
 from limits.audit import Actor, audit_record, serialize_for_audit
-from limits.choices import AuditAction, Role
+from limits.choices import AuditAction, LimitKind, Role
 from limits.compiling import policy_to_snapshot
 from limits.enforcement.validation import policy_problems
 from limits.models import Limit, Policy, Route, Tenant, Tier
@@ -129,19 +129,37 @@ def policy_validate(*, policy: Policy, limits: Sequence[Limit], actor: Actor) ->
     if not errors:
         route_cost = policy.route.cost if policy.route_id else _largest_route_cost()
         compiled = policy_to_snapshot(policy, limits)
+        rows = _row_numbers(limits)
         for problem in policy_problems(compiled, route_cost=route_cost):
             errors.setdefault("limits", []).append(
-                _limit_message(problem.field, problem.message)
+                _limit_message(problem.field, problem.message, rows)
             )
     if errors:
         raise ValidationError(errors)
 
 
-def _limit_message(field: str, message: str) -> str:
-    """``limits[1].burst`` -> ``limit 2, burst: ...`` (people count from one)."""
-    if field.startswith("limits["):
-        index, _, rest = field[len("limits[") :].partition("]")
-        where = f"limit {int(index) + 1}" + (f", {rest.lstrip('.')}" if rest else "")
+def _row_numbers(limits: Sequence[Limit]) -> dict[str, list[int]]:
+    """Rows (from one) of the compiled ``limits`` and ``concurrency`` lists, in order."""
+    rows: dict[str, list[int]] = {"limits": [], "concurrency": []}
+    for number, limit in enumerate(limits, start=1):
+        rows["concurrency" if limit.kind == LimitKind.CONCURRENT else "limits"].append(
+            number
+        )
+    return rows
+
+
+def _limit_message(field: str, message: str, rows: dict[str, list[int]]) -> str:
+    """``limits[1].burst`` -> ``limit 2, burst: ...`` (people count from one).
+
+    Indices of the compiled policy are turned back into the rows people edited
+    (rate and concurrent limits are one list for them, two in the snapshot).
+    """
+    member, _, rest = field.partition("[")
+    if member in rows and rest:
+        index, _, rest = rest.partition("]")
+        where = f"limit {rows[member][int(index)]}" + (
+            f", {rest.lstrip('.')}" if rest else ""
+        )
         return f"{where}: {message}"
     return message[0].upper() + message[1:] + "."
 

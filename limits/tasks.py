@@ -9,8 +9,10 @@ from limits.deliveries import DeliveryFailed
 __all__ = [
     "announcement_notify_task",
     "announcements_dispatch_due_task",
+    "decision_stream_aggregate_task",
     "delivery_send_task",
     "snapshot_activate_due_task",
+    "stats_prune_task",
 ]
 
 
@@ -61,3 +63,21 @@ def announcements_dispatch_due_task() -> dict[str, int]:
     from limits.announcements import announcements_dispatch_due
 
     return announcements_dispatch_due()
+
+
+@shared_task(name="limits.decision_stream_aggregate")
+def decision_stream_aggregate_task() -> dict[str, int]:
+    """Roll the decision stream up into Postgres (safe to run twice). Run by beat."""
+    from dataclasses import asdict
+
+    from limits.stats import decision_stream_aggregate
+
+    return asdict(decision_stream_aggregate())
+
+
+@shared_task(name="limits.stats_prune")
+def stats_prune_task() -> dict[str, int]:
+    """Delete statistics older than their retention settings. Run by beat."""
+    from limits.stats import stats_prune
+
+    return stats_prune()

@@ -80,7 +80,7 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> CeleryProcess:
 @pytest.fixture
 def celery_env(redis_server, transactional_db) -> dict[str, str]:
     """Environment for Celery subprocesses: the test database, the private Redis,
-    an empty broker, and beat every second."""
+    an empty broker, and beat's tasks every second."""
     url = broker_url(redis_server)
     redis.Redis.from_url(url).flushdb()  # no message left over from another test
     return {
@@ -90,6 +90,7 @@ def celery_env(redis_server, transactional_db) -> dict[str, str]:
         "REDIS_URL": redis_server.url,
         "CELERY_BROKER_URL": url,
         "SLUICE_ACTIVATION_INTERVAL": "1",
+        "SLUICE_STATS_INTERVAL": "1",
     }
 
 

@@ -5,6 +5,9 @@ from rest_framework import serializers
 from limits.models import Limit, Policy, Route, Tenant, Tier
 
 READ_ONLY = ("id", "revision", "created_at", "updated_at")
+#: Limit fields for hot keys (rate limits) and for limits of kind "concurrent".
+HOT_KEY_FIELDS = ("shards", "lease", "lease_ms")
+CONCURRENCY_FIELDS = ("max_inflight", "timeout")
 
 
 class TierSerializer(serializers.ModelSerializer):
@@ -56,12 +59,15 @@ class PolicyLimitSerializer(serializers.ModelSerializer):
         model = Limit
         fields = (
             "id",
+            "kind",
             "dimension",
             "rate",
             "period",
             "burst",
             "cost",
             "shadow",
+            *HOT_KEY_FIELDS,
+            *CONCURRENCY_FIELDS,
             "description",
         )
 
@@ -115,12 +121,15 @@ class LimitSerializer(serializers.ModelSerializer):
         fields = (
             "id",
             "policy",
+            "kind",
             "dimension",
             "rate",
             "period",
             "burst",
             "cost",
             "shadow",
+            *HOT_KEY_FIELDS,
+            *CONCURRENCY_FIELDS,
             "description",
             *READ_ONLY[1:],
         )

@@ -154,7 +154,12 @@ class SnapshotBundleView(APIView):
             raise exceptions.NotAuthenticated(
                 "A gateway token is required: Authorization: Bearer slg_..."
             )
-        outcome = gateway_poll(secret=secret, report=gateway_report(request))
+        held = parse_etags(request.headers.get("If-None-Match", ""))
+        outcome = gateway_poll(
+            secret=secret,
+            report=gateway_report(request),
+            held_etag=held[0] if len(held) == 1 else "",
+        )
         if not outcome.authorized:
             raise exceptions.AuthenticationFailed("Invalid or revoked gateway token.")
         if outcome.etag is not None and _not_modified(request, outcome.etag):

@@ -1,10 +1,12 @@
-"""The Django admin of Sluice: rules, audit log, versions and publishing, announcements."""
+"""The Django admin of Sluice: rules, audit log, versions and publishing,
+announcements, traffic dashboards."""
 
 from django.contrib import admin
 
 from . import (  # noqa: F401  (registers the model admins)
     announcements,
     audit,
+    dashboards,
     deliveries,
     rules,
     snapshots,

@@ -110,7 +110,21 @@ class LimitFormSet(BaseInlineFormSet):
 class LimitInline(admin.TabularInline):
     model = Limit
     formset = LimitFormSet
-    fields = ("dimension", "rate", "period", "burst", "cost", "shadow", "reads_as")
+    fields = (
+        "kind",
+        "dimension",
+        "rate",
+        "period",
+        "burst",
+        "cost",
+        "shadow",
+        "shards",
+        "lease",
+        "lease_ms",
+        "max_inflight",
+        "timeout",
+        "reads_as",
+    )
     readonly_fields = ("reads_as",)
     extra = 0
     min_num = 1

@@ -16,17 +16,21 @@ from .bundle import (
     fallback_snapshot,
     parse_bundle,
 )
-from .decision import Decision, LimitStatus, Outcome
+from .concurrency import LocalSlots
+from .decision import Decision, Held, LimitStatus, Outcome
 from .errors import EnforcementError, SnapshotError
 from .failure import BreakerState, CircuitBreaker, LocalBuckets
 from .headers import error_response, rate_limit_headers, retry_after_seconds
+from .hotkeys import Leases, RejectCache
 from .identity import Identity, TrustedProxies, client_ip
 from .limiter import Limiter
+from .metrics import STREAM_KEY, DecisionEvents
 from .resolver import Level, Resolution, Resolver, resolve
 from .routing import PatternError, RouteTable, parse_path_pattern
 from .snapshot import (
     ALL_ROUTES,
     DEFAULT_SCOPE,
+    ConcurrencyLimit,
     Dimension,
     FailureMode,
     Limit,
@@ -44,26 +48,33 @@ from .validation import Problem, validate_rules
 __all__ = [
     "ALL_ROUTES",
     "DEFAULT_SCOPE",
+    "STREAM_KEY",
     "AsyncLimiter",
     "AsyncTokenBucket",
     "BreakerState",
     "Bundle",
     "CircuitBreaker",
+    "ConcurrencyLimit",
     "Decision",
+    "DecisionEvents",
     "Dimension",
     "EnforcementError",
     "FailureMode",
+    "Held",
     "Identity",
+    "Leases",
     "Level",
     "Limit",
     "LimitStatus",
     "Limiter",
     "LocalBuckets",
+    "LocalSlots",
     "Outcome",
     "PatternError",
     "Policy",
     "PollResult",
     "Problem",
+    "RejectCache",
     "Resolution",
     "Resolver",
     "Route",

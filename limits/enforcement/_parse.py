@@ -12,10 +12,12 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from .errors import SnapshotError
+from .quota import DEFAULT_LEASE_MS
 from .routing import HTTP_METHODS, PatternError, RouteTable
 from .snapshot import (
     FORMAT_VERSION,
     PERIODS,
+    ConcurrencyLimit,
     Dimension,
     FailureMode,
     Limit,
@@ -40,7 +42,10 @@ _SNAPSHOT_KEYS = {
 _RULES_KEYS = {"tiers", "tenants", "routes", "policies"}
 _ROUTE_KEYS = {"methods", "path", "cost", "failure_mode"}
 _POLICY_KEYS = {"scope", "route", "expires_at", "limits"}
+_POLICY_OPTIONAL = {"concurrency"}
 _LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
+_LIMIT_OPTIONAL = {"shards", "lease", "lease_ms"}
+_CONCURRENCY_KEYS = {"dimension", "max_inflight", "timeout", "shadow"}
 
 _E = TypeVar("_E", FailureMode, Dimension, ScopeKind)
 
@@ -120,10 +125,11 @@ def _route(slug: str, data: Any, path: str) -> Route:
 
 
 def _policy(data: Any, path: str) -> Policy:
-    obj = _object(data, path, _POLICY_KEYS)
+    obj = _object(data, path, _POLICY_KEYS, _POLICY_OPTIONAL)
     scope = _string(obj["scope"], f"{path}.scope")
     _enum(ScopeKind, scope.partition(":")[0], f"{path}.scope")
     expires = obj["expires_at"]
+    caps = _list(obj.get("concurrency", []), f"{path}.concurrency")
     return Policy(
         scope=scope,
         route=_string(obj["route"], f"{path}.route"),
@@ -132,20 +138,22 @@ def _policy(data: Any, path: str) -> Policy:
             for index, value in enumerate(_list(obj["limits"], f"{path}.limits"))
         ),
         expires_at=None if expires is None else _time(expires, f"{path}.expires_at"),
+        concurrency=tuple(
+            _concurrency(value, f"{path}.concurrency[{index}]")
+            for index, value in enumerate(caps)
+        ),
     )
 
 
 def _limit(data: Any, path: str) -> Limit:
-    obj = _object(data, path, _LIMIT_KEYS)
+    obj = _object(data, path, _LIMIT_KEYS, _LIMIT_OPTIONAL)
     period = _integer(obj["period"], f"{path}.period", minimum=1)
     if period not in PERIODS:
         raise SnapshotError(
             f"{path}.period", f"must be one of {sorted(PERIODS)} seconds"
         )
     cost = obj["cost"]
-    shadow = obj["shadow"]
-    if not isinstance(shadow, bool):
-        raise SnapshotError(f"{path}.shadow", "must be true or false")
+    shadow = _boolean(obj["shadow"], f"{path}.shadow")
     return Limit(
         dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
         rate=_integer(obj["rate"], f"{path}.rate", minimum=1),
@@ -153,16 +161,36 @@ def _limit(data: Any, path: str) -> Limit:
         burst=_integer(obj["burst"], f"{path}.burst", minimum=1),
         cost=None if cost is None else _integer(cost, f"{path}.cost", minimum=1),
         shadow=shadow,
+        shards=_integer(obj.get("shards", 1), f"{path}.shards", minimum=1),
+        lease=_integer(obj.get("lease", 0), f"{path}.lease", minimum=0),
+        lease_ms=_integer(
+            obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
+        ),
     )
 
 
-def _object(data: Any, path: str, keys: set[str]) -> dict[str, Any]:
+def _concurrency(data: Any, path: str) -> ConcurrencyLimit:
+    obj = _object(data, path, _CONCURRENCY_KEYS)
+    return ConcurrencyLimit(
+        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
+        max_inflight=_integer(obj["max_inflight"], f"{path}.max_inflight", minimum=1),
+        timeout=_integer(obj["timeout"], f"{path}.timeout", minimum=1),
+        shadow=_boolean(obj["shadow"], f"{path}.shadow"),
+    )
+
+
+def _object(
+    data: Any,
+    path: str,
+    keys: set[str],
+    optional: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SnapshotError(path, "must be an object")
     missing = keys - data.keys()
     if missing:
         raise SnapshotError(path, f"missing member(s): {', '.join(sorted(missing))}")
-    unknown = data.keys() - keys
+    unknown = data.keys() - keys - optional
     if unknown:
         raise SnapshotError(path, f"unknown member(s): {', '.join(sorted(unknown))}")
     return data
@@ -183,6 +211,12 @@ def _list(data: Any, path: str) -> list[Any]:
 def _string(data: Any, path: str) -> str:
     if not isinstance(data, str) or not data:
         raise SnapshotError(path, "must be a non-empty string")
+    return data
+
+
+def _boolean(data: Any, path: str) -> bool:
+    if not isinstance(data, bool):
+        raise SnapshotError(path, "must be true or false")
     return data
 
 

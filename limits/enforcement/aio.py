@@ -1,7 +1,8 @@
 """The asyncio twin of :class:`~.limiter.Limiter`, over ``redis.asyncio``.
 
-Same rules, same keys, same script, same failure handling (the shared
-:class:`~.limiter.LimiterCore`); only the Redis call is awaited.
+Same rules, same keys, same scripts, same failure handling, hot-key options,
+concurrency slots and decision events (the shared :class:`~.limiter.LimiterCore`);
+only the Redis calls are awaited.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import redis.asyncio
 from .bucket import AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
 from .decision import Decision
+from .engine import Engine, Prepared
 from .failure import CircuitBreaker, LocalBuckets
-from .limiter import LimiterCore
+from .hot import HotCall
+from .limiter import LimiterCore, logger
+from .metrics import DecisionEvents
+from .scripts import HOT, RELEASE, AsyncScript
 from .snapshot import FailureMode, Snapshot
 
 __all__ = ["AsyncLimiter"]
@@ -35,13 +40,25 @@ class AsyncLimiter(LimiterCore):
         local: LocalBuckets | None = None,
         unmatched: FailureMode = FailureMode.LOCAL,
         wall: Callable[[], float] = time.time,
+        events: DecisionEvents | None = None,
+        reject_cache: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
-            rules, breaker=breaker, local=local, unmatched=unmatched, wall=wall
+            rules,
+            breaker=breaker,
+            local=local,
+            unmatched=unmatched,
+            wall=wall,
+            events=events,
+            reject_cache=reject_cache,
+            clock=clock,
         )
         if isinstance(client, str):
             client = connect_async(client, timeout=timeout)
         self.bucket = AsyncTokenBucket(client)
+        self.hot = AsyncScript(client, HOT)
+        self._release = AsyncScript(client, RELEASE)
 
     async def decide(
         self,
@@ -56,15 +73,51 @@ class AsyncLimiter(LimiterCore):
     ) -> Decision:
         """Decide one request; see :meth:`.limiter.Limiter.decide`."""
         engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
+        return self.record(tenant, await self._decide(engine, prepared))
+
+    async def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
+        if self.rejections.entries:
+            cached = self.cached_rejection(engine, prepared)
+            if cached is not None:
+                return cached
         if not self.breaker.allow():
             return self.fail(engine, prepared, "circuit open")
+        if prepared.plan.hot:
+            return await self._decide_hot(engine, prepared)
         try:
             reply = await self.bucket(prepared.keys, prepared.plan.args)
         except redis.RedisError as exc:
             return self.store_failed(engine, prepared, exc)
         if self.breaker.troubled:
             self.store_answered()
+        if reply[0] == 0:
+            self.remember(prepared, reply)
         return engine.decision(prepared, reply)
+
+    async def _decide_hot(self, engine: Engine, prepared: Prepared) -> Decision:
+        call = self.hot_begin(engine, prepared)
+        if not isinstance(call, HotCall):
+            return call
+        try:
+            reply = await self.hot(call.keys, call.args)
+        except redis.RedisError as exc:
+            return self.hot_failed(engine, prepared, call, exc)
+        if self.breaker.troubled:
+            self.store_answered()
+        return self.hot_finish(engine, prepared, call, reply)
+
+    async def release(self, decision: Decision) -> None:
+        """Give back the slots ``decision`` holds; see :meth:`.limiter.Limiter.release`."""
+        held = decision.held
+        if held is None:
+            return
+        if held.local:
+            self.slots.release(held.keys)
+            return
+        try:
+            await self._release(held.keys, [held.member.encode()])
+        except redis.RedisError as exc:
+            logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)
 
     async def aclose(self) -> None:
         """Close the Redis client's connections."""

@@ -5,6 +5,8 @@
     app = RateLimitMiddleware(app, limiter, identify=who, trusted_proxies=["10.0.0.0/8"])
 
 Only ``http`` scopes are limited; ``lifespan`` and ``websocket`` pass through.
+Concurrency slots are released when the application returns (its last body
+message sent, streaming included) or raises.
 """
 
 from __future__ import annotations
@@ -91,7 +93,13 @@ class RateLimitMiddleware:
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        if decision.held is None:
+            await self.app(scope, receive, send_with_headers)
+            return
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            await self.limiter.release(decision)
 
     async def _reject(self, decision: Decision, send: Send) -> None:
         response = error_response(

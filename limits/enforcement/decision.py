@@ -13,9 +13,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple
 
+from .quota import ConcurrencyLimit
 from .snapshot import Limit, Policy
 
-__all__ = ["Decision", "LimitStatus", "Outcome"]
+__all__ = ["Decision", "Held", "LimitStatus", "Outcome"]
 
 
 class Outcome(StrEnum):
@@ -34,9 +35,13 @@ class Outcome(StrEnum):
 
 
 class LimitStatus(NamedTuple):
-    """One limit of the policy after the decision: its bucket and what it said."""
+    """One limit of the policy after the decision: its bucket (or slot set) and what it said.
 
-    limit: Limit  #: the limit as published in the snapshot
+    For a concurrency limit, ``quota`` is the most requests in flight,
+    ``remaining`` the free slots after the decision, ``window`` and ``reset`` 0.
+    """
+
+    limit: Limit | ConcurrencyLimit  #: the limit as published in the snapshot
     name: str  #: its policy name in headers, e.g. ``user-s``
     key: str  #: the Redis key of its bucket
     quota: int  #: the bucket's capacity in tokens (the burst): IETF ``q``
@@ -45,6 +50,19 @@ class LimitStatus(NamedTuple):
     remaining: int  #: whole tokens left in the bucket after the decision
     reset: float  #: seconds until the bucket is full again
     retry_after: float  #: seconds until the request would fit; 0.0 when it fits
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether this is a concurrency limit (requests in flight), not a bucket."""
+        return isinstance(self.limit, ConcurrencyLimit)
+
+
+class Held(NamedTuple):
+    """Concurrency slots an admitted request holds until :meth:`Limiter.release`."""
+
+    keys: tuple[str, ...]  #: the in-flight sets it joined
+    member: str  #: its request id in them
+    local: bool = False  #: held in process (the ``local`` failure mode), not in Redis
 
 
 class Decision(NamedTuple):
@@ -73,6 +91,7 @@ class Decision(NamedTuple):
     degraded: bool = False  #: decided without Redis (open, closed or local)
     fail_open: bool = False  #: admitted unchecked because the store failed
     error: str | None = None  #: why the store was not used, for logs
+    held: Held | None = None  #: concurrency slots to release when the response ends
 
     @property
     def violated(self) -> tuple[LimitStatus, ...]:

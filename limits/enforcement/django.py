@@ -11,7 +11,9 @@ Add ``"limits.enforcement.django.RateLimitMiddleware"`` to ``MIDDLEWARE`` and se
 - ``SLUICE_GITHUB_HEADERS``, ``SLUICE_RETRY_JITTER`` (optional): as in :mod:`.wsgi`.
 
 The middleware is synchronous; Django runs it in a thread under ASGI. The
-decision is stored as ``request.sluice_decision``.
+decision is stored as ``request.sluice_decision``. Concurrency slots are
+released when the view returns or raises, or, for a streaming response, when
+Django closes it after the last chunk.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from django.conf import settings  # type: ignore[import-untyped]
 from django.http import HttpRequest, HttpResponse  # type: ignore[import-untyped]
 from django.utils.module_loading import import_string  # type: ignore[import-untyped]
 
+from .closing import AsyncClosingIterator, ClosingIterator
+from .decision import Decision
 from .headers import error_response, rate_limit_headers
 from .identity import Identity, TrustedProxies, client_ip
 from .limiter import Limiter
@@ -85,7 +89,26 @@ class RateLimitMiddleware:
             for name, value in answer.headers:
                 response[name] = value
             return response
-        response = self.get_response(request)
+        response = self._respond(request, decision)
         for name, value in rate_limit_headers(decision, github=self.github_headers):
             response[name] = value
         return response
+
+    def _respond(self, request: HttpRequest, decision: Decision) -> HttpResponse:
+        if decision.held is None:
+            return self.get_response(request)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            self.limiter.release(decision)
+            raise
+        if not getattr(response, "streaming", False):
+            self.limiter.release(decision)
+            return response
+        content, release = response.streaming_content, self._releaser(decision)
+        wrap = AsyncClosingIterator if response.is_async else ClosingIterator
+        response.streaming_content = wrap(content, release)
+        return response
+
+    def _releaser(self, decision: Decision) -> Callable[[], None]:
+        return lambda: self.limiter.release(decision)

@@ -9,64 +9,28 @@ script arguments, so a request pays for look-ups and string formatting only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
 from typing import NamedTuple
 
-from .bucket import Geometry, geometry
 from .decision import Decision, LimitStatus, Outcome
-from .keys import key_template, owner_tag, subject_value
+from .keys import owner_tag, subject_value
+from .plans import LimitPlan, PolicyPlan, SlotPlan, compile_policy
 from .resolver import Resolver
-from .snapshot import PERIODS, Dimension, FailureMode, Limit, Policy, Snapshot
+from .snapshot import FailureMode, Policy, Snapshot
 
-__all__ = ["Engine", "LimitPlan", "PolicyPlan", "Prepared", "compile_policy"]
+__all__ = [
+    "Engine",
+    "LimitPlan",
+    "PolicyPlan",
+    "Prepared",
+    "SlotPlan",
+    "bucket_statuses",
+    "compile_policy",
+]
 
 _MICROS = 1_000_000
+_random = random.random
 _CACHE_SIZE = 100_000  #: (tenant, route) resolutions kept per snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class LimitPlan:
-    """One limit of a policy, ready to key and to run."""
-
-    limit: Limit
-    dimension: Dimension  #: the limit's, kept at hand for the hot path
-    name: str  #: the policy name in RateLimit headers: ``<dimension>-<period unit>``
-    template: str  #: the bucket key template, see :func:`.keys.key_template`
-    geometry: Geometry
-    quota: int  #: the bucket's capacity in tokens: IETF ``q``
-    window: int  #: whole seconds to refill the full bucket: IETF ``w``
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyPlan:
-    """A policy compiled for one request cost: key templates and script arguments."""
-
-    policy: Policy
-    limits: tuple[LimitPlan, ...]
-    args: tuple[bytes, ...]  #: ARGV of the script, already encoded
-    counts_tenant: bool  #: whether a limit counts per tenant (it picks the owner)
-
-
-def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
-    """Compile ``policy`` for requests of ``cost`` (``share``: see :func:`.bucket.geometry`)."""
-    plans = []
-    args: list[bytes] = []
-    for limit in policy.limits:
-        shape = geometry(limit, cost=limit.cost or cost, share=share)
-        name = f"{limit.dimension.value}-{PERIODS[limit.period]}"
-        template = key_template(policy.route, limit.dimension, limit.period)
-        window = -(-shape.capacity // _MICROS)  # ceil: q / w never overstates the rate
-        quota = shape.capacity // shape.tick
-        plans.append(
-            LimitPlan(limit, limit.dimension, name, template, shape, quota, window)
-        )
-        args += [
-            b"%d" % shape.increment,
-            b"%d" % shape.capacity,
-            b"1" if limit.shadow else b"0",
-        ]
-    counts_tenant = any(p.limit.dimension is Dimension.TENANT for p in plans)
-    return PolicyPlan(policy, tuple(plans), tuple(args), counts_tenant)
 
 
 class Prepared(NamedTuple):
@@ -80,6 +44,7 @@ class Prepared(NamedTuple):
     route: str | None
     failure_mode: FailureMode
     cost: int  #: the route's cost (a limit may override it)
+    slots: tuple[str, ...] = ()  #: keys of the policy's concurrency limits
 
 
 _Entry = tuple[PolicyPlan, str | None, FailureMode, int]  # plan, route slug, mode, cost
@@ -131,7 +96,18 @@ class Engine:
             p.template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
             for p in plan.limits
         ]
-        return Prepared(plan, keys, slug, mode, cost)
+        if (
+            plan.sharded
+        ):  # a random shard per request: no pattern of requests maps to one
+            for index, shards in plan.sharded:
+                keys[index] += f":s{int(_random() * shards)}"
+        if not plan.slots:
+            return Prepared(plan, keys, slug, mode, cost)
+        slots = tuple(
+            s.template % (owner, subject_value(s.dimension, tenant, user, api_key, ip))
+            for s in plan.slots
+        )
+        return Prepared(plan, keys, slug, mode, cost, slots)
 
     def _resolved(self, tenant: str | None, route: str | None, now: float) -> _Entry:
         """The shared resolver's answer for (tenant, route), cached until an override expires.
@@ -172,8 +148,17 @@ class Engine:
     ) -> Decision:
         """Turn the script's reply (or a local bucket's, with its ``plan``) into a Decision."""
         plan = plan or prepared.plan
-        statuses = _statuses(plan, prepared.keys, reply)
-        admitted = reply[0] == 1
+        statuses = bucket_statuses(plan, prepared.keys, reply)
+        return self.conclude(prepared, plan, statuses, reply[0] == 1)
+
+    def conclude(
+        self,
+        prepared: Prepared,
+        plan: PolicyPlan,
+        statuses: tuple[LimitStatus, ...],
+        admitted: bool,
+    ) -> Decision:
+        """The Decision for ``statuses`` (buckets, then concurrency slots if any)."""
         deciding = _deciding(statuses, admitted)
         shadow = any(not s.fits for s in statuses if s.limit.shadow)
         if deciding is None:  # validation forbids a policy of shadow limits only
@@ -195,13 +180,18 @@ class Engine:
         )
 
 
-def _statuses(
-    plan: PolicyPlan, keys: list[str], reply: list[int]
+def bucket_statuses(
+    plan: PolicyPlan, keys: list[str], reply: list[int], step: int = 2
 ) -> tuple[LimitStatus, ...]:
+    """Statuses of the buckets from a reply with ``step`` values per bucket (fits, debt, ...)."""
     statuses = []
     for index, limit_plan in enumerate(plan.limits):
-        fits, debt = reply[2 * index + 1] == 1, reply[2 * index + 2]
+        at = step * index + 1
+        fits, debt = reply[at] == 1, reply[at + 1]
         shape = limit_plan.geometry
+        remaining = max(0, (shape.capacity - debt) // shape.tick)
+        if plan.sharded:  # what one shard holds, as an estimate of the whole bucket
+            remaining *= limit_plan.limit.shards
         statuses.append(
             LimitStatus(
                 limit_plan.limit,
@@ -210,7 +200,7 @@ def _statuses(
                 limit_plan.quota,
                 limit_plan.window,
                 fits,
-                max(0, (shape.capacity - debt) // shape.tick),
+                remaining,
                 debt / _MICROS,
                 0.0 if fits else shape.wait(debt) / _MICROS,
             )

@@ -10,6 +10,9 @@ Each route carries a failure mode in the snapshot:
   the traffic. With N gateways sharing evenly the fleet stays under the limit;
   a gateway that gets more than its share rejects early, which is the safe side.
 
+Concurrency limits fail the same way: ``open`` admits without holding a slot,
+``closed`` answers 503, ``local`` counts in process (:class:`~.concurrency.LocalSlots`).
+
 Requests that match no route use the limiter's ``unmatched`` mode (``local`` by
 default: still limited, never blocked by an outage).
 
@@ -25,7 +28,8 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from .decision import Decision, Outcome
+from .concurrency import LocalSlots, slot_statuses
+from .decision import Decision, Held, Outcome
 from .engine import Engine, PolicyPlan, Prepared
 from .snapshot import FailureMode
 
@@ -158,14 +162,36 @@ def failover(
     error: str,
     local: LocalBuckets,
     retry_after: float,
+    slots: LocalSlots | None = None,
 ) -> Decision:
     """Decide without Redis by the route's failure mode (see the module docstring)."""
     if prepared.failure_mode is FailureMode.LOCAL:
-        plan = engine.plan(prepared.plan.policy, prepared.cost, local.gateways)
-        decision = engine.decision(prepared, local(prepared.keys, plan), plan=plan)
+        decision = _local(engine, prepared, local, slots or LocalSlots())
         outcome = decision.outcome if not decision.allowed else Outcome.LOCAL
         return _degrade(decision, outcome=outcome, error=error)
     return _unchecked(engine, prepared, error=error, retry_after=retry_after)
+
+
+def _local(
+    engine: Engine, prepared: Prepared, local: LocalBuckets, slots: LocalSlots
+) -> Decision:
+    """Local buckets, and local slots first when the policy caps concurrency."""
+    plan = engine.plan(prepared.plan.policy, prepared.cost, local.gateways)
+    if not prepared.slots:
+        return engine.decision(prepared, local(prepared.keys, plan), plan=plan)
+    reply = slots.acquire(plan, prepared.slots)
+    taken = tuple(k for i, k in enumerate(prepared.slots) if reply[1 + 2 * i] == 1)
+    held = Held(taken, "", local=True) if reply[0] == 1 and taken else None
+    statuses = slot_statuses(plan, prepared.slots, reply, 1)
+    if reply[0] != 1:  # no slot: the buckets are not charged
+        return engine.conclude(prepared, plan, statuses, False)
+    decision = engine.decision(prepared, local(prepared.keys, plan), plan=plan)
+    if not decision.allowed:
+        if held is not None:
+            slots.release(held.keys)
+        return decision
+    statuses = decision.statuses + statuses
+    return engine.conclude(prepared, plan, statuses, True)._replace(held=held)
 
 
 def _unchecked(

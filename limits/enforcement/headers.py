@@ -12,6 +12,11 @@ the policy is one named quota policy (``<dimension>-<period unit>``, e.g.
   limit that rejected, until the request would fit (then equal to Retry-After,
   which the draft says must not come before ``t``).
 
+A concurrency limit (``<dimension>-concurrent``) is a policy in the draft's
+``concurrent-requests`` quota unit: ``q`` the most requests in flight and no
+``w`` (there is no window); ``r`` the free slots, ``t`` 0 while one is free, else
+the Retry-After hint.
+
 Shadow limits are never advertised. A degraded decision (made without Redis)
 carries no RateLimit fields: its numbers are not the published ones.
 """
@@ -70,6 +75,12 @@ def _t(status: LimitStatus) -> int:
     return math.ceil(status.reset if status.fits else status.retry_after)
 
 
+def _policy_item(status: LimitStatus) -> str:
+    if status.concurrent:
+        return f'"{status.name}";q={status.quota};qu="concurrent-requests"'
+    return f'"{status.name}";q={status.quota};w={status.window}'
+
+
 def rate_limit_headers(
     decision: Decision,
     *,
@@ -83,7 +94,7 @@ def rate_limit_headers(
     headers = [
         (
             "RateLimit-Policy",
-            ", ".join(f'"{s.name}";q={s.quota};w={s.window}' for s in statuses),
+            ", ".join(_policy_item(s) for s in statuses),
         ),
         (
             "RateLimit",
@@ -140,6 +151,10 @@ def _problem(decision: Decision, seconds: int) -> dict[str, object]:
     if decision.status == 503:
         problem, code = PROBLEM_REDUCED_CAPACITY, "limiter_unavailable"
         message = f"The rate limiter is unavailable; retry in {seconds} s."
+    elif any(s.concurrent for s in decision.violated):
+        problem, code = PROBLEM_QUOTA_EXCEEDED, "too_many_concurrent_requests"
+        named = ", ".join(violated)
+        message = f"Too many requests in flight ({named}); retry in {seconds} s."
     else:
         problem, code = PROBLEM_QUOTA_EXCEEDED, "rate_limited"
         named = ", ".join(violated) or "quota"

@@ -28,6 +28,16 @@ scope's policy set its numbers::
 - ``<period>s`` is the limit's window in seconds: two limits of one dimension
   (per second and per day) are two buckets.
 
+Hot keys and concurrency caps add two key forms under the same owner (so one
+decision still touches one slot)::
+
+    rl:{tenant:acme}:route:search:tenant:acme:1s:s3      shard 3 of a sharded bucket
+    rl:{tenant:acme}:route:export:tenant:acme:inflight   a sorted set of requests in flight
+
+A shard key is an ordinary bucket key with ``:s<index>`` appended; an
+``inflight`` key holds one member per request in flight, scored by the Redis
+time (ms) at which it expires if never released.
+
 Moving a tenant to another tier, or granting an override, changes the numbers
 but not the key, so the tenant keeps its bucket and its history. Values are
 written verbatim when short and plain (``[A-Za-z0-9._@:-]``, at most 64
@@ -46,6 +56,7 @@ __all__ = [
     "KEY_PREFIX",
     "MISSING",
     "encode_value",
+    "inflight_template",
     "key_template",
     "owner_tag",
     "subject_value",
@@ -104,3 +115,9 @@ def key_template(route: str, dimension: Dimension, period: int) -> str:
     """
     route_part = route.replace("%", "%%")
     return f"{KEY_PREFIX}:{{%s}}:route:{route_part}:{dimension.value}:%s:{period}s"
+
+
+def inflight_template(route: str, dimension: Dimension) -> str:
+    """Return the ``%``-template of a concurrency key; fill it with ``(owner, value)``."""
+    route_part = route.replace("%", "%%")
+    return f"{KEY_PREFIX}:{{%s}}:route:{route_part}:{dimension.value}:%s:inflight"

@@ -1,8 +1,13 @@
 """The limiter gateways call: a request in, a :class:`~.decision.Decision` out.
 
 One decision costs one Redis round trip (EVALSHA of the token-bucket script)
-plus a resolution and some string formatting. :mod:`.aio` is the asyncio twin;
-both share :class:`LimiterCore` and therefore behave the same.
+plus a resolution and some string formatting. Fewer when hot-key options say
+so: a bucket known to reject (:class:`~.hotkeys.RejectCache`) or tokens
+already leased (:mod:`.hot`) decide in process. Policies with leases or
+concurrency limits run ``hot.lua`` instead, still one round trip; a request
+that took concurrency slots must be released (:meth:`Limiter.release`, which
+the middlewares call). :mod:`.aio` is the asyncio twin; both share
+:class:`LimiterCore` and therefore behave the same.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ import redis
 
 from .bucket import TokenBucket, connect
 from .bundle import Bundle, SnapshotProvider, StaticSource
+from .concurrency import LocalSlots, RequestIds
 from .decision import Decision
 from .engine import Engine, Prepared
 from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
+from .hot import HotCall, hot_abort, hot_begin, hot_finish
+from .hotkeys import Leases, RejectCache
+from .metrics import DecisionEvents
+from .scripts import HOT, RELEASE, Script
 from .snapshot import FailureMode, Snapshot
 
 __all__ = ["Limiter", "LimiterCore"]
@@ -26,7 +36,12 @@ logger = logging.getLogger("limits.enforcement")
 
 
 class LimiterCore:
-    """What the sync and asyncio limiters share: rules, breaker, local buckets, failover."""
+    """What the sync and asyncio limiters share: rules, breaker, local state, failover.
+
+    ``events`` receives every decision (:class:`~.metrics.DecisionEvents`);
+    ``reject_cache`` turns the cache of rejected buckets off when False;
+    ``clock`` (monotonic seconds) times that cache and the leases.
+    """
 
     def __init__(
         self,
@@ -36,14 +51,23 @@ class LimiterCore:
         local: LocalBuckets | None = None,
         unmatched: FailureMode = FailureMode.LOCAL,
         wall: Callable[[], float] = time.time,
+        events: DecisionEvents | None = None,
+        reject_cache: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(rules, Snapshot | Bundle):
             rules = StaticSource(rules, wall=wall)
         self.source = rules
         self.breaker = breaker or CircuitBreaker()
         self.local = local or LocalBuckets()
+        self.slots = LocalSlots(gateways=self.local.gateways)
         self.unmatched = unmatched
+        self.events = events
+        self.rejections = RejectCache(max_keys=100_000 if reject_cache else 0)
+        self.leases = Leases()
+        self.request_ids = RequestIds()
         self._wall = wall
+        self._clock = clock
         self._engine: Engine | None = None
 
     def engine(self) -> Engine:
@@ -52,7 +76,53 @@ class LimiterCore:
         engine = self._engine
         if engine is None or engine.snapshot is not snapshot:
             engine = self._engine = Engine(snapshot, unmatched=self.unmatched)
+            self.rejections.clear()  # remembered debts were judged by the old numbers
         return engine
+
+    def now(self) -> int:
+        """Monotonic microseconds: the time base of the reject cache and the leases."""
+        return int(self._clock() * 1_000_000)
+
+    def cached_rejection(self, engine: Engine, prepared: Prepared) -> Decision | None:
+        """A rejection decided from the reject cache, or None (ask Redis)."""
+        reply = self.rejections.check(prepared.plan, prepared.keys, self.now())
+        return None if reply is None else engine.decision(prepared, reply)
+
+    def remember(self, prepared: Prepared, reply: list[int]) -> None:
+        """Note the buckets of a rejection (token-bucket reply) in the reject cache."""
+        self.rejections.remember(prepared.plan, prepared.keys, reply, self.now())
+
+    def hot_begin(self, engine: Engine, prepared: Prepared) -> Decision | HotCall:
+        """See :func:`.hot.hot_begin`."""
+        return hot_begin(
+            engine, prepared, self.leases, request_id=self.request_ids(), now=self.now()
+        )
+
+    def hot_finish(
+        self, engine: Engine, prepared: Prepared, call: HotCall, reply: list[int]
+    ) -> Decision:
+        """See :func:`.hot.hot_finish`."""
+        return hot_finish(
+            engine,
+            prepared,
+            call,
+            reply,
+            leases=self.leases,
+            rejections=self.rejections,
+            now=self.now(),
+        )
+
+    def hot_failed(
+        self, engine: Engine, prepared: Prepared, call: HotCall, exc: Exception
+    ) -> Decision:
+        hot_abort(prepared, call, self.leases)
+        return self.store_failed(engine, prepared, exc)
+
+    def record(self, tenant: str | None, decision: Decision) -> Decision:
+        """Hand ``decision`` to the decision events, if any; return it."""
+        if self.events is not None:
+            self.events.add(tenant, decision)
+        return decision
 
     def prepare(
         self,
@@ -105,6 +175,7 @@ class LimiterCore:
             error=error,
             local=self.local,
             retry_after=self.breaker.retry_after(),
+            slots=self.slots,
         )
 
 
@@ -113,7 +184,8 @@ class Limiter(LimiterCore):
 
     ``rules`` is a :class:`~.source.SnapshotSource` (or any provider), or a fixed
     snapshot or bundle. ``unmatched`` is the failure mode of requests that match
-    no route. ``wall`` is the clock overrides expire by (epoch seconds).
+    no route. ``wall`` is the clock overrides expire by (epoch seconds). Other
+    options: see :class:`LimiterCore`.
     """
 
     def __init__(
@@ -126,13 +198,25 @@ class Limiter(LimiterCore):
         local: LocalBuckets | None = None,
         unmatched: FailureMode = FailureMode.LOCAL,
         wall: Callable[[], float] = time.time,
+        events: DecisionEvents | None = None,
+        reject_cache: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
-            rules, breaker=breaker, local=local, unmatched=unmatched, wall=wall
+            rules,
+            breaker=breaker,
+            local=local,
+            unmatched=unmatched,
+            wall=wall,
+            events=events,
+            reject_cache=reject_cache,
+            clock=clock,
         )
         if isinstance(client, str):
             client = connect(client, timeout=timeout)
         self.bucket = TokenBucket(client)
+        self.hot = Script(client, HOT)
+        self._release = Script(client, RELEASE)
 
     def decide(
         self,
@@ -148,15 +232,57 @@ class Limiter(LimiterCore):
         """Decide one request, by ``route`` slug or by ``method`` and ``path``.
 
         Charges every limit of the winning policy or none. Never raises for a
-        Redis failure: the route's failure mode decides instead.
+        Redis failure: the route's failure mode decides instead. A decision
+        whose ``held`` is set holds concurrency slots: pass it to
+        :meth:`release` when the response ends.
         """
         engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
+        return self.record(tenant, self._decide(engine, prepared))
+
+    def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
+        if self.rejections.entries:
+            cached = self.cached_rejection(engine, prepared)
+            if cached is not None:
+                return cached
         if not self.breaker.allow():
             return self.fail(engine, prepared, "circuit open")
+        if prepared.plan.hot:
+            return self._decide_hot(engine, prepared)
         try:
             reply = self.bucket(prepared.keys, prepared.plan.args)
         except redis.RedisError as exc:
             return self.store_failed(engine, prepared, exc)
         if self.breaker.troubled:
             self.store_answered()
+        if reply[0] == 0:
+            self.remember(prepared, reply)
         return engine.decision(prepared, reply)
+
+    def _decide_hot(self, engine: Engine, prepared: Prepared) -> Decision:
+        call = self.hot_begin(engine, prepared)
+        if not isinstance(call, HotCall):
+            return call
+        try:
+            reply = self.hot(call.keys, call.args)
+        except redis.RedisError as exc:
+            return self.hot_failed(engine, prepared, call, exc)
+        if self.breaker.troubled:
+            self.store_answered()
+        return self.hot_finish(engine, prepared, call, reply)
+
+    def release(self, decision: Decision) -> None:
+        """Give back the concurrency slots ``decision`` holds (nothing if it holds none).
+
+        Call it once per decision (the middlewares do). Never raises for a
+        Redis failure: the slots then expire after their timeout.
+        """
+        held = decision.held
+        if held is None:
+            return
+        if held.local:
+            self.slots.release(held.keys)
+            return
+        try:
+            self._release(held.keys, [held.member.encode()])
+        except redis.RedisError as exc:
+            logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)

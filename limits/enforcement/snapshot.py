@@ -22,13 +22,16 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from .canonical import canonical_json
 from .errors import SnapshotError
+from .quota import PERIODS, ConcurrencyLimit, Dimension, Limit, describe_limit
 
 __all__ = [
     "ALL_ROUTES",
     "DEFAULT_SCOPE",
     "FORMAT_VERSION",
     "PERIODS",
+    "ConcurrencyLimit",
     "Dimension",
     "FailureMode",
     "Limit",
@@ -47,9 +50,6 @@ FORMAT_VERSION = 1
 ALL_ROUTES = "*"
 DEFAULT_SCOPE = "default"
 
-#: Allowed limit periods in seconds, with the unit people read.
-PERIODS: Mapping[int, str] = {1: "s", 60: "min", 3600: "h", 86400: "day"}
-
 
 class FailureMode(StrEnum):
     """What a gateway does with a route when the limiter's store is unavailable."""
@@ -57,15 +57,6 @@ class FailureMode(StrEnum):
     OPEN = "open"  #: admit, and mark the decision degraded
     CLOSED = "closed"  #: reject with 503: the limiter is at fault, not the client
     LOCAL = "local"  #: enforce a conservative in-process bucket
-
-
-class Dimension(StrEnum):
-    """What a limit counts per: the bucket key's subject."""
-
-    TENANT = "tenant"
-    USER = "user"
-    API_KEY = "api_key"
-    IP = "ip"
 
 
 class ScopeKind(StrEnum):
@@ -86,38 +77,6 @@ def scope_key(kind: ScopeKind | str, subject: str | None = None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Limit:
-    """One token bucket of a policy: ``rate`` tokens per ``period`` seconds, ``burst`` deep."""
-
-    dimension: Dimension  #: what the bucket counts per
-    rate: int  #: tokens added per period
-    period: int  #: seconds, one of PERIODS
-    burst: int  #: bucket capacity, at least the largest request cost
-    cost: int | None = None  #: tokens per request; None means the route's cost
-    shadow: bool = False  #: evaluated and reported, never rejects
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dimension": self.dimension.value,
-            "rate": self.rate,
-            "period": self.period,
-            "burst": self.burst,
-            "cost": self.cost,
-            "shadow": self.shadow,
-        }
-
-    def sort_key(self) -> tuple[str, int, int, int, int, bool]:
-        return (
-            self.dimension,
-            self.period,
-            self.rate,
-            self.burst,
-            self.cost or 0,
-            self.shadow,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Policy:
     """The limits that apply to one (scope, route) pair; the most specific policy wins whole."""
 
@@ -125,6 +84,8 @@ class Policy:
     route: str  #: a route slug, or ``*`` for every route
     limits: tuple[Limit, ...]
     expires_at: datetime | None = None  #: set on temporary tenant overrides only
+    #: caps on requests in flight (limits of kind "concurrent"); usually empty
+    concurrency: tuple[ConcurrencyLimit, ...] = ()
     _expires_ts: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self) -> None:
@@ -168,7 +129,7 @@ class Policy:
         return f"{scope} · {route}{override}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "scope": self.scope,
             "route": self.route,
             "expires_at": _format_time(self.expires_at) if self.expires_at else None,
@@ -176,6 +137,10 @@ class Policy:
                 limit.to_json() for limit in sorted(self.limits, key=Limit.sort_key)
             ],
         }
+        if self.concurrency:  # optional member: absent keeps older bytes unchanged
+            ordered = sorted(self.concurrency, key=ConcurrencyLimit.sort_key)
+            data["concurrency"] = [limit.to_json() for limit in ordered]
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,35 +272,6 @@ def _document(
     }
 
 
-def canonical_json(value: Any) -> bytes:
-    """Serialize ``value`` to canonical bytes; refuse floats, whose text is not portable."""
-    _check_no_floats(value)
-    text = json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_refuse,
-    )
-    return text.encode("utf-8")
-
-
-def _check_no_floats(value: Any) -> None:
-    if isinstance(value, float):
-        raise TypeError("canonical JSON carries integers only, not floats")
-    if isinstance(value, dict):
-        for item in value.values():
-            _check_no_floats(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _check_no_floats(item)
-
-
-def _refuse(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not part of the snapshot format")
-
-
 def _whole_seconds(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         raise ValueError("snapshot times must be timezone-aware")
@@ -344,15 +280,6 @@ def _whole_seconds(moment: datetime) -> datetime:
 
 def _format_time(moment: datetime) -> str:
     return _whole_seconds(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def describe_limit(limit: Limit) -> str:
-    """Say a limit the way people do: ``per user: 100 / s, burst 200``."""
-    text = f"per {limit.dimension.value.replace('_', ' ')}: {limit.rate:,} / {PERIODS[limit.period]}"
-    text += f", burst {limit.burst:,}"
-    if limit.cost is not None:
-        text += f", cost {limit.cost}"
-    return text + (" (shadow)" if limit.shadow else "")
 
 
 def fallback_rules(*, rate: int = 10, burst: int = 20) -> Rules:

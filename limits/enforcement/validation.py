@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .quota import MAX_LEASE_MS, MAX_SHARDS, MAX_TIMEOUT, Limit
 from .routing import PatternError, RouteTable
 from .snapshot import ALL_ROUTES, DEFAULT_SCOPE, Policy, Rules, ScopeKind
 
@@ -120,17 +121,10 @@ def policy_problems(policy: Policy, *, route_cost: int) -> list[Problem]:
         )
     seen: set[tuple[str, int]] = set()
     for index, limit in enumerate(policy.limits):
-        cost = limit.cost or route_cost
-        if limit.burst < cost:
-            problems.append(
-                Problem(
-                    "policy",
-                    ref,
-                    f"limits[{index}].burst",
-                    f"burst {limit.burst} is below the request cost {cost}: "
-                    "such requests could never pass",
-                )
-            )
+        problems += [
+            Problem("policy", ref, f"limits[{index}]{field}", message)
+            for field, message in _limit_errors(limit, limit.cost or route_cost)
+        ]
         if (limit.dimension, limit.period) in seen:
             problems.append(
                 Problem(
@@ -141,6 +135,53 @@ def policy_problems(policy: Policy, *, route_cost: int) -> list[Problem]:
                 )
             )
         seen.add((limit.dimension, limit.period))
+    return problems + _concurrency_problems(policy)
+
+
+def _limit_errors(limit: Limit, cost: int) -> list[tuple[str, str]]:
+    """(member suffix, message) for one bucket: depth, and its hot-key options."""
+    if limit.burst < cost:
+        return [
+            (
+                ".burst",
+                f"burst {limit.burst} is below the request cost {cost}: "
+                "such requests could never pass",
+            )
+        ]
+    errors = []
+    if limit.shards > MAX_SHARDS:
+        errors.append((".shards", f"at most {MAX_SHARDS} shards"))
+    elif limit.burst // limit.shards < cost:
+        errors.append(
+            (
+                ".shards",
+                f"each of {limit.shards} shards would hold {limit.burst // limit.shards} "
+                f"tokens, below the request cost {cost}",
+            )
+        )
+    if limit.lease and limit.shards > 1:
+        errors.append((".lease", "a limit is either sharded or leased, not both"))
+    if limit.lease and limit.shadow:
+        errors.append((".lease", "a shadow limit cannot be leased"))
+    if limit.lease > limit.burst:
+        errors.append((".lease", f"a lease cannot exceed the burst ({limit.burst})"))
+    if limit.lease_ms > MAX_LEASE_MS:
+        errors.append((".lease_ms", f"at most {MAX_LEASE_MS} ms"))
+    return errors
+
+
+def _concurrency_problems(policy: Policy) -> list[Problem]:
+    ref, problems, seen = policy_ref(policy), [], set()
+    for index, cap in enumerate(policy.concurrency):
+        field = f"concurrency[{index}]"
+        if cap.timeout > MAX_TIMEOUT:
+            problems.append(
+                Problem("policy", ref, f"{field}.timeout", f"at most {MAX_TIMEOUT} s")
+            )
+        if cap.dimension in seen:
+            message = f"two concurrency limits per {cap.dimension}"
+            problems.append(Problem("policy", ref, field, message))
+        seen.add(cap.dimension)
     return problems
 
 

@@ -6,7 +6,10 @@ Wraps an application the way whitenoise does::
 
 A rejected request is answered here (429, or 503 when the limiter fails
 closed) and never reaches the application; an admitted one gets the
-RateLimit fields added to the application's response.
+RateLimit fields added to the application's response. An admitted request
+that holds concurrency slots releases them when the server closes the
+response body (after the last byte, streaming included) or when the
+application raises.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
+from .closing import ClosingIterator
 from .decision import Decision
 from .headers import error_response, rate_limit_headers, status_line
 from .identity import Identity, TrustedProxies, client_ip
@@ -91,4 +95,11 @@ class RateLimitMiddleware:
         ) -> Callable[[bytes], object]:
             return start_response(status, [*headers, *extra], exc_info)
 
-        return self.application(environ, start_with_headers)
+        if decision.held is None:
+            return self.application(environ, start_with_headers)
+        try:
+            body = self.application(environ, start_with_headers)
+        except BaseException:
+            self.limiter.release(decision)
+            raise
+        return ClosingIterator(body, lambda: self.limiter.release(decision))

@@ -6,17 +6,23 @@ from .audit import *  # noqa: F403
 from .audit import __all__ as _audit
 from .deliveries import *  # noqa: F403
 from .deliveries import __all__ as _deliveries
+from .limits import *  # noqa: F403
+from .limits import __all__ as _limits
 from .rules import *  # noqa: F403
 from .rules import __all__ as _rules
 from .snapshots import *  # noqa: F403
 from .snapshots import __all__ as _snapshots
+from .stats import *  # noqa: F403
+from .stats import __all__ as _stats
 from .tokens import *  # noqa: F403
 from .tokens import __all__ as _tokens
 
 __all__ = [
     *_rules,
+    *_limits,
     *_audit,
     *_snapshots,
+    *_stats,
     *_tokens,
     *_announcements,
     *_deliveries,

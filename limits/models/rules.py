@@ -11,13 +11,13 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from limits.choices import Dimension, FailureMode, HttpMethod, Period, ScopeKind
+from limits.choices import FailureMode, HttpMethod, ScopeKind
 from limits.enforcement.routing import PatternError, parse_path_pattern
-from limits.enforcement.snapshot import ALL_ROUTES, describe_limit, scope_key
+from limits.enforcement.snapshot import ALL_ROUTES, scope_key
 
 from .base import RuleModel
 
-__all__ = ["Limit", "Policy", "Route", "Tenant", "Tier"]
+__all__ = ["Policy", "Route", "Tenant", "Tier"]
 
 slug_validator = RegexValidator(
     r"^[a-z0-9][a-z0-9_-]{0,62}$",
@@ -240,64 +240,3 @@ class Policy(RuleModel):
                 errors["reason"] = "A temporary override needs a reason."
         if errors:
             raise ValidationError(errors)
-
-
-class Limit(RuleModel):
-    """A token bucket of a policy: ``rate`` per ``period``, ``burst`` deep, per ``dimension``."""
-
-    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="limits")
-    dimension = models.CharField(
-        max_length=7, choices=Dimension.choices, default=Dimension.TENANT
-    )
-    rate = models.PositiveIntegerField(
-        validators=[positive], help_text="Requests (tokens) per period."
-    )
-    period = models.PositiveIntegerField(choices=Period.choices, default=Period.SECOND)
-    burst = models.PositiveIntegerField(
-        validators=[positive],
-        help_text="Bucket capacity: the largest burst admitted at once.",
-    )
-    cost = models.PositiveIntegerField(
-        null=True,
-        blank=True,
-        validators=[positive],
-        help_text="Tokens per request; empty means the route's cost.",
-    )
-    shadow = models.BooleanField(
-        default=False,
-        help_text="Evaluate and report, but never reject (to try a limit out).",
-    )
-
-    class Meta:
-        ordering = ["policy_id", "dimension", "period"]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(rate__gte=1)
-                & Q(burst__gte=1)
-                & (Q(cost__isnull=True) | Q(cost__gte=1)),
-                name="%(app_label)s_%(class)s_positive_numbers",
-                violation_error_message="Rate, burst and cost must be at least 1.",
-            ),
-            models.UniqueConstraint(
-                fields=["policy", "dimension", "period"],
-                name="%(app_label)s_%(class)s_unique_policy_dimension_period",
-                violation_error_message="This policy already has a limit for this dimension and period.",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return self.describe()
-
-    def describe(self) -> str:
-        """``per user: 100 / s, burst 200``: the way people say it."""
-        from limits.compiling import limit_to_snapshot
-
-        return describe_limit(limit_to_snapshot(self))
-
-    def clean(self) -> None:
-        if self.cost and self.burst and self.burst < self.cost:
-            raise ValidationError(
-                {
-                    "burst": f"Burst {self.burst} is below the cost {self.cost}: such requests could never pass."
-                }
-            )

@@ -371,3 +371,54 @@ class TestLists:
         assert [e["object_repr"] for e in entries] == ["Pro"]
         assert api.post("/api/v1/audit", {}, format="json").status_code == 405
         assert api.delete(f"/api/v1/audit/{entries[0]['id']}").status_code == 405
+
+
+def test_create__policy_with_hot_key_and_concurrent_limits__201_fields_echoed(
+    api, product_user, pro_and_search
+):
+    # Given a product person
+    api.as_user(product_user)
+    body = _policy_body(
+        limits=[
+            {
+                "dimension": "tenant",
+                "rate": 900,
+                "period": 1,
+                "burst": 900,
+                "shards": 3,
+            },
+            {
+                "kind": "concurrent",
+                "dimension": "tenant",
+                "max_inflight": 4,
+                "timeout": 30,
+            },
+        ]
+    )
+    # When they create a policy with a sharded bucket and a concurrency cap
+    response = api.post("/api/v1/policies", body, format="json")
+    # Then both are saved, and read back in words
+    assert response.status_code == 201, response.json()
+    limits = sorted(response.json()["limits"], key=lambda lim: lim["kind"])
+    assert [(lim["kind"], lim["shards"], lim["max_inflight"]) for lim in limits] == [
+        ("concurrent", 1, 4),
+        ("rate", 3, None),
+    ]
+    assert limits[0]["description"] == (
+        "per tenant: at most 4 in flight (released after 30 s at most)"
+    )
+
+
+def test_create__concurrent_limit_without_cap__400_naming_the_row(
+    api, product_user, pro_and_search
+):
+    api.as_user(product_user)
+    body = _policy_body(
+        limits=[
+            {"dimension": "tenant", "rate": 5, "period": 1, "burst": 5},
+            {"kind": "concurrent", "dimension": "user"},
+        ]
+    )
+    response = api.post("/api/v1/policies", body, format="json")
+    assert response.status_code == 400
+    assert "limit 2, max_inflight" in str(response.json())

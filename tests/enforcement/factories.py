@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from limits.enforcement import (
     ALL_ROUTES,
     DEFAULT_SCOPE,
+    ConcurrencyLimit,
     Dimension,
     FailureMode,
     Limit,
@@ -49,12 +50,31 @@ def rules(*policies: Policy, routes=None, tenants=None) -> Rules:
     )
 
 
-def limit(dimension, rate, period, burst, *, cost=None, shadow=False) -> Limit:
-    return Limit(Dimension(dimension), rate, period, burst, cost, shadow)
+def limit(
+    dimension,
+    rate,
+    period,
+    burst,
+    *,
+    cost=None,
+    shadow=False,
+    shards=1,
+    lease=0,
+    lease_ms=1000,
+) -> Limit:
+    return Limit(
+        Dimension(dimension), rate, period, burst, cost, shadow, shards, lease, lease_ms
+    )
 
 
-def policy(scope, route, *limits: Limit, expires_at=None) -> Policy:
-    return Policy(scope, route, tuple(limits), expires_at=expires_at)
+def concurrent(dimension, max_inflight, *, timeout=300, shadow=False):
+    return ConcurrencyLimit(Dimension(dimension), max_inflight, timeout, shadow)
+
+
+def policy(scope, route, *limits: Limit, expires_at=None, concurrency=()) -> Policy:
+    return Policy(
+        scope, route, tuple(limits), expires_at=expires_at, concurrency=concurrency
+    )
 
 
 def snapshot(rules_: Rules, *, version: int = 1, effective_at=PUBLISHED) -> Snapshot:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from limits.enforcement import AsyncLimiter, Limiter, Outcome
-from tests.enforcement.factories import limit, policy, rules, snapshot
+from tests.enforcement.factories import concurrent, limit, policy, rules, snapshot
 
 RULES = snapshot(
     rules(policy("default", "*", limit("user", 1, 60, 1), limit("tenant", 3, 60, 3)))
@@ -63,3 +63,35 @@ def test_async_decide__script_flushed__reloads_and_decides(store):
     assert decision.outcome is Outcome.ALLOWED
     assert not decision.degraded
     assert decision.deciding.remaining == 0
+
+
+def test_async_decide__lease_and_cap__same_as_sync_then_released(store):
+    # Given a leased bucket and a cap of one request in flight, on the asyncio limiter
+    capped = snapshot(
+        rules(
+            policy(
+                "default",
+                "search",
+                limit("tenant", 100, 60, 100, lease=10),
+                concurrency=(concurrent("tenant", 1),),
+            )
+        )
+    )
+
+    async def scenario():
+        limiter = AsyncLimiter(store.async_client(), capped)
+        try:
+            first = await limiter.decide(route="search", tenant="acme")
+            second = await limiter.decide(route="search", tenant="acme")
+            await limiter.release(first)
+            third = await limiter.decide(route="search", tenant="acme")
+            return first, second, third, limiter.leases.taken
+        finally:
+            await limiter.aclose()
+
+    # When two requests overlap, then the first ends and a third comes
+    first, second, third, leases = asyncio.run(scenario())
+    # Then the cap rejected the overlap, the release freed the slot, and one lease served all
+    assert (first.allowed, second.allowed, third.allowed) == (True, False, True)
+    assert [s.name for s in second.violated] == ["tenant-concurrent"]
+    assert leases == 1

@@ -124,9 +124,15 @@ def _policy_form(scope, limits, **fields):
     data.update(fields)
     for index, limit in enumerate(limits):
         for key, value in {
+            "kind": "rate",
             "dimension": "tenant",
             "period": "1",
             "cost": "",
+            # what the admin pre-fills for the hot-key and concurrency fields
+            "shards": "1",
+            "lease": "0",
+            "lease_ms": "1000",
+            "timeout": "300",
             **limit,
         }.items():
             data[f"limits-{index}-{key}"] = value

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
-from limits.choices import Dimension, FailureMode, ScopeKind
+from limits.choices import Dimension, FailureMode, LimitKind, ScopeKind
 from limits.models import Limit, Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
@@ -29,7 +29,8 @@ def validator():
 
 def test_snapshot_schema__published_versions__all_valid(rules, publisher, validator):
     # Given every feature of the format in the working copy: an override with an
-    # expiry, a cost override, a shadow limit, several methods, each failure mode
+    # expiry, a cost override, a shadow limit, several methods, each failure mode,
+    # a sharded limit, a leased one and a concurrency cap
     PolicyFactory(
         scope=ScopeKind.TENANT,
         tenant=rules["acme"],
@@ -59,6 +60,33 @@ def test_snapshot_schema__published_versions__all_valid(rules, publisher, valida
         cost=9,
         shadow=True,
     )
+    Limit.objects.create(
+        policy=policy,
+        dimension=Dimension.TENANT,
+        rate=900,
+        period=1,
+        burst=900,
+        shards=3,
+    )
+    Limit.objects.create(
+        policy=policy,
+        dimension=Dimension.USER,
+        rate=60,
+        period=60,
+        burst=60,
+        lease=10,
+        lease_ms=500,
+    )
+    Limit.objects.create(
+        policy=policy,
+        kind=LimitKind.CONCURRENT,
+        dimension=Dimension.TENANT,
+        rate=None,
+        period=None,
+        burst=None,
+        max_inflight=4,
+        timeout=120,
+    )
     # When published, changed and published for later, then rolled back
     snapshot_publish(actor=publisher, message="v1")
     Limit.objects.filter(policy=policy, dimension=Dimension.API_KEY).update(rate=2)
@@ -66,7 +94,9 @@ def test_snapshot_schema__published_versions__all_valid(rules, publisher, valida
         actor=publisher, message="v2", effective_at=timezone.now() + timedelta(days=1)
     )
     snapshot_rollback(actor=publisher, version=1, message="undo")
-    # Then every stored document validates against the schema
+    # Then every stored document validates against the schema, and uses them
+    documents = [bytes(row.content) for row in Snapshot.objects.all()]
+    assert all(b'"shards":3' in d and b'"max_inflight":4' in d for d in documents)
     for row in Snapshot.objects.all():
         document = json.loads(bytes(row.content))
         assert list(validator.iter_errors(document)) == [], row

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from limits import rules
 from limits.audit import Actor
-from limits.choices import Dimension, FailureMode, Period, Role, ScopeKind
+from limits.choices import Dimension, FailureMode, LimitKind, Period, Role, ScopeKind
 from limits.models import (
     GatewayToken,
     Limit,
@@ -88,6 +88,16 @@ POLICIES = [
         "globex",
         "search",
         [(Dimension.TENANT, 2000, Period.SECOND, 4000, None)],
+    ),
+    # Exports are expensive: at most two in flight per tenant (a limit of kind concurrent).
+    (
+        ScopeKind.DEFAULT,
+        None,
+        "reports.export",
+        [
+            (Dimension.TENANT, 20, Period.MINUTE, 20, None),
+            (LimitKind.CONCURRENT, Dimension.TENANT, 2, 120),
+        ],
     ),
 ]
 USERS = [
@@ -182,11 +192,25 @@ class Command(BaseCommand):
             tenant=tenants.get(subject) if scope == ScopeKind.TENANT else None,
             route=routes.get(route),
         )
-        rows = [
-            Limit(dimension=d, rate=r, period=p, burst=b, cost=c)
-            for d, r, p, b, c in limits
-        ]
+        rows = [self._limit(spec) for spec in limits]
         rules.policy_save(policy=policy, limits=rows, actor=actor)
+
+    def _limit(self, spec) -> Limit:
+        if spec[0] == LimitKind.CONCURRENT:
+            _, dimension, most, timeout = spec
+            return Limit(
+                kind=LimitKind.CONCURRENT,
+                dimension=dimension,
+                rate=None,
+                period=None,
+                burst=None,
+                max_inflight=most,
+                timeout=timeout,
+            )
+        dimension, rate, period, burst, cost = spec
+        return Limit(
+            dimension=dimension, rate=rate, period=period, burst=burst, cost=cost
+        )
 
     def _user(self, username, role):
         users = get_user_model()

@@ -1,0 +1,161 @@
+"""Selectors of the traffic dashboards: who is limited, where, and how often the limiter failed open.
+
+All read the per-minute rollups and the rejection log that ``limits.stats``
+writes; each is one or two grouped queries whatever the traffic.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Q, QuerySet, Sum
+
+from limits.choices import Outcome
+from limits.models import DecisionMinute, Rejection
+
+__all__ = [
+    "Series",
+    "Share",
+    "TenantRow",
+    "fail_open_share",
+    "limited_series",
+    "minute_floor",
+    "most_limited_tenants",
+    "rejection_counts",
+    "tenant_rejections",
+    "tenant_series",
+]
+
+ANONYMOUS = "(anonymous)"  #: how requests without a tenant (or route) are shown
+
+
+@dataclass(frozen=True)
+class Series:
+    """Counts per minute, one line per name, zeros where nothing was counted."""
+
+    minutes: list[datetime]
+    lines: dict[str, list[int]]
+
+    @property
+    def empty(self) -> bool:
+        return not any(any(values) for values in self.lines.values())
+
+
+@dataclass(frozen=True)
+class TenantRow:
+    """A tenant's limited requests against all its decisions over a period."""
+
+    tenant: str
+    limited: int
+    total: int
+
+    @property
+    def share(self) -> float:
+        return self.limited / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class Share:
+    """A part of a total, e.g. fail-open decisions of all decisions."""
+
+    part: int
+    total: int
+
+    @property
+    def percent(self) -> float:
+        return 100 * self.part / self.total if self.total else 0.0
+
+
+def minute_floor(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+def _minutes(since: datetime, until: datetime) -> list[datetime]:
+    first, last = minute_floor(since), minute_floor(until)
+    count = int((last - first).total_seconds() // 60) + 1
+    return [first + timedelta(minutes=i) for i in range(count)]
+
+
+def _series(rows, minutes: list[datetime]) -> Series:
+    index = {minute: i for i, minute in enumerate(minutes)}
+    lines: dict[str, list[int]] = defaultdict(lambda: [0] * len(minutes))
+    for name, minute, count in rows:
+        if minute in index:
+            lines[name or ANONYMOUS][index[minute]] += count
+    return Series(minutes, dict(lines))
+
+
+def limited_series(
+    *, by: str, since: datetime, until: datetime, top: int = 6
+) -> Series:
+    """Limited requests per minute for the ``top`` tenants (``by="tenant"``) or routes."""
+    if by not in ("tenant", "route"):
+        raise ValueError("by is 'tenant' or 'route'")
+    limited = DecisionMinute.objects.filter(
+        outcome=Outcome.LIMITED, minute__gte=minute_floor(since), minute__lte=until
+    )
+    leaders = list(
+        limited.values_list(by, flat=True)
+        .annotate(n=Sum("count"))
+        .order_by("-n", by)[:top]
+    )
+    rows = (
+        limited.filter(**{f"{by}__in": leaders})
+        .values_list(by, "minute")
+        .annotate(n=Sum("count"))
+    )
+    return _series(rows, _minutes(since, until))
+
+
+def tenant_series(*, tenant: str, since: datetime, until: datetime) -> Series:
+    """One tenant's decisions per minute, one line per outcome."""
+    rows = (
+        DecisionMinute.objects.filter(
+            tenant=tenant, minute__gte=minute_floor(since), minute__lte=until
+        )
+        .values_list("outcome", "minute")
+        .annotate(n=Sum("count"))
+    )
+    return _series(rows, _minutes(since, until))
+
+
+def most_limited_tenants(*, since: datetime, top: int = 10) -> list[TenantRow]:
+    """The tenants with the most limited requests since ``since``: support's call list."""
+    rows = (
+        DecisionMinute.objects.filter(minute__gte=minute_floor(since))
+        .values("tenant")
+        .annotate(
+            limited=Sum("count", filter=Q(outcome=Outcome.LIMITED), default=0),
+            total=Sum("count"),
+        )
+        .filter(limited__gt=0)
+        .order_by("-limited", "tenant")[:top]
+    )
+    return [TenantRow(r["tenant"], r["limited"], r["total"]) for r in rows]
+
+
+def fail_open_share(*, since: datetime) -> Share:
+    """Decisions admitted unchecked because Redis failed, against all decisions."""
+    totals = DecisionMinute.objects.filter(minute__gte=minute_floor(since)).aggregate(
+        part=Sum("count", filter=Q(outcome=Outcome.FAIL_OPEN), default=0),
+        total=Sum("count", default=0),
+    )
+    return Share(totals["part"], totals["total"])
+
+
+def tenant_rejections(*, tenant: str, limit: int = 50) -> QuerySet[Rejection]:
+    """The tenant's most recent rejections, newest first."""
+    return Rejection.objects.filter(tenant=tenant).order_by("-at", "-id")[:limit]
+
+
+def rejection_counts(*, tenant: str) -> dict[str, int]:
+    """How many logged rejections of ``tenant`` each limit caused."""
+    rows = (
+        Rejection.objects.filter(tenant=tenant)
+        .values("limit")
+        .annotate(n=Sum("count"))
+        .order_by("-n")
+    )
+    return {row["limit"]: row["n"] for row in rows}

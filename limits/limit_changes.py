@@ -1,0 +1,123 @@
+"""What changed in the limits of a policy that exists before and after: buckets and caps.
+
+A token bucket is identified by its dimension and period, a concurrency cap by
+its dimension; ``limits.changes`` builds a policy's change from these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from limits.choices import ChangeKind
+from limits.enforcement.snapshot import ConcurrencyLimit, Limit, Policy, describe_limit
+from limits.impact import bucket_kind, compare_caps
+
+__all__ = ["FieldChange", "LimitChange", "cap_changes", "everything", "limit_changes"]
+
+_LIMIT_FIELDS = ("rate", "burst", "cost", "shadow", "shards", "lease", "lease_ms")
+_CAP_FIELDS = ("max_inflight", "timeout", "shadow")
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One member that moved: ``cost: 1 → 2``."""
+
+    field: str
+    before: Any
+    after: Any
+
+    def to_json(self) -> dict:
+        return {"field": self.field, "before": self.before, "after": self.after}
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """One token bucket of a policy, identified by dimension and period, or one
+    concurrency cap, identified by dimension (its ``period`` is None)."""
+
+    dimension: str
+    period: int | None
+    kind: ChangeKind  #: new, removed, or its direction for a client
+    before: Limit | ConcurrencyLimit | None
+    after: Limit | ConcurrencyLimit | None
+    fields: tuple[FieldChange, ...] = ()
+
+    @property
+    def text(self) -> str:
+        if self.before is None:
+            return f"new limit {describe_limit(self.after)}"
+        if self.after is None:
+            return f"no more limit {describe_limit(self.before)}"
+        was, now = describe_limit(self.before), describe_limit(self.after)
+        subject, _, rest = now.partition(": ")
+        return f"{was} → {rest if was.startswith(subject + ': ') else now}"
+
+    def to_json(self) -> dict:
+        return {
+            "dimension": self.dimension,
+            "period": self.period,
+            "kind": self.kind.value,
+            "before": self.before.to_json() if self.before else None,
+            "after": self.after.to_json() if self.after else None,
+            "fields": [f.to_json() for f in self.fields],
+            "text": self.text,
+        }
+
+
+def limit_changes(
+    was: tuple[Limit, ...], now: tuple[Limit, ...], cost: int
+) -> tuple[LimitChange, ...]:
+    old = {(lim.dimension, lim.period): lim for lim in was}
+    new = {(lim.dimension, lim.period): lim for lim in now}
+    changes = []
+    for key in sorted(old.keys() | new.keys()):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if before is None or after is None:
+            kind = ChangeKind.NEW if before is None else ChangeKind.REMOVED
+            changes.append(LimitChange(key[0], key[1], kind, before, after))
+            continue
+        fields = tuple(
+            FieldChange(f, getattr(before, f), getattr(after, f))
+            for f in _LIMIT_FIELDS
+            if getattr(before, f) != getattr(after, f)
+        )
+        changes.append(
+            LimitChange(
+                key[0], key[1], bucket_kind(before, after, cost), before, after, fields
+            )
+        )
+    return tuple(changes)
+
+
+def cap_changes(
+    was: tuple[ConcurrencyLimit, ...], now: tuple[ConcurrencyLimit, ...]
+) -> tuple[LimitChange, ...]:
+    old = {cap.dimension: cap for cap in was}
+    new = {cap.dimension: cap for cap in now}
+    changes = []
+    for key in sorted(old.keys() | new.keys()):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        fields = tuple(
+            FieldChange(f, getattr(before, f), getattr(after, f))
+            for f in _CAP_FIELDS
+            if before and after and getattr(before, f) != getattr(after, f)
+        )
+        kind = compare_caps([before] if before else [], [after] if after else [])
+        if before is None or after is None:
+            kind = ChangeKind.NEW if before is None else ChangeKind.REMOVED
+        changes.append(LimitChange(key, None, kind, before, after, fields))
+    return tuple(changes)
+
+
+def everything(policy: Policy) -> list[Limit | ConcurrencyLimit]:
+    caps = sorted(policy.concurrency, key=ConcurrencyLimit.sort_key)
+    return [*_sorted(policy.limits), *caps]
+
+
+def _sorted(limits: tuple[Limit, ...]) -> list[Limit]:
+    return sorted(limits, key=Limit.sort_key)

@@ -1,0 +1,183 @@
+"""The limits of a policy: token buckets (with hot-key options) and concurrency caps.
+
+One table for both kinds, as people think of them: a limit of kind ``rate`` is a
+token bucket (rate, period, burst, optional cost, and hot-key options: shards
+or leases); a limit of kind ``concurrent`` caps requests in flight at once
+(``max_inflight``, and the ``timeout`` after which a slot a crashed gateway
+never released stops counting). Fields of the other kind stay empty; the
+database checks it.
+"""
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
+from django.db import models
+from django.db.models import Q
+
+from limits.choices import Dimension, LimitKind, Period
+from limits.enforcement.quota import (
+    DEFAULT_LEASE_MS,
+    DEFAULT_TIMEOUT,
+    MAX_LEASE_MS,
+    MAX_SHARDS,
+    MAX_TIMEOUT,
+    describe_limit,
+)
+
+from .base import RuleModel
+from .rules import Policy, positive
+
+__all__ = ["Limit"]
+
+_RATE = Q(kind=LimitKind.RATE)
+_CONCURRENT = Q(kind=LimitKind.CONCURRENT)
+
+
+class Limit(RuleModel):
+    """A limit of a policy: a token bucket (``rate`` per ``period``, ``burst`` deep)
+    or a cap on requests in flight (``max_inflight``), per ``dimension``."""
+
+    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="limits")
+    kind = models.CharField(
+        max_length=10, choices=LimitKind.choices, default=LimitKind.RATE
+    )
+    dimension = models.CharField(
+        max_length=7, choices=Dimension.choices, default=Dimension.TENANT
+    )
+    rate = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[positive],
+        help_text="Requests (tokens) per period.",
+    )
+    period = models.PositiveIntegerField(
+        choices=Period.choices, default=Period.SECOND, null=True, blank=True
+    )
+    burst = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[positive],
+        help_text="Bucket capacity: the largest burst admitted at once.",
+    )
+    cost = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[positive],
+        help_text="Tokens per request; empty means the route's cost.",
+    )
+    shadow = models.BooleanField(
+        default=False,
+        help_text="Evaluate and report, but never reject (to try a limit out).",
+    )
+    shards = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[positive, MaxValueValidator(MAX_SHARDS)],
+        help_text="Hot key: split the bucket into this many keys, each with 1/shards "
+        "of the rate and burst.",
+    )
+    lease = models.PositiveIntegerField(
+        default=0,
+        help_text="Hot key: tokens a gateway takes at once and spends in process "
+        "(0: no leases). A gateway may admit up to this many early.",
+    )
+    lease_ms = models.PositiveIntegerField(
+        "lease time (ms)",
+        default=DEFAULT_LEASE_MS,
+        validators=[positive, MaxValueValidator(MAX_LEASE_MS)],
+        help_text="How long leased tokens may be spent.",
+    )
+    max_inflight = models.PositiveIntegerField(
+        "max in flight",
+        null=True,
+        blank=True,
+        validators=[positive],
+        help_text="Concurrent limits: requests in flight at once per key.",
+    )
+    timeout = models.PositiveIntegerField(
+        "slot timeout (s)",
+        default=DEFAULT_TIMEOUT,
+        validators=[positive, MaxValueValidator(MAX_TIMEOUT)],
+        help_text="Concurrent limits: a slot never released (a crashed gateway) stops "
+        "counting after this; longer than the slowest request.",
+    )
+
+    class Meta:
+        ordering = ["policy_id", "kind", "dimension", "period"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    _RATE
+                    & Q(rate__gte=1, burst__gte=1, period__isnull=False)
+                    & (Q(cost__isnull=True) | Q(cost__gte=1))
+                    & Q(max_inflight__isnull=True)
+                )
+                | (
+                    _CONCURRENT
+                    & Q(max_inflight__gte=1, rate__isnull=True, burst__isnull=True)
+                    & Q(period__isnull=True, cost__isnull=True, lease=0, shards=1)
+                ),
+                name="%(app_label)s_%(class)s_numbers_by_kind",
+                violation_error_message="A rate limit needs a rate, a period and a burst of at "
+                "least 1; a concurrent limit needs a max in flight of at least 1 and nothing else.",
+            ),
+            models.CheckConstraint(
+                condition=Q(shards__gte=1, lease_ms__gte=1, timeout__gte=1)
+                & (Q(shards=1) | Q(lease=0)),
+                name="%(app_label)s_%(class)s_hot_key_options",
+                violation_error_message="A limit is either sharded or leased, not both.",
+            ),
+            models.UniqueConstraint(
+                fields=["policy", "dimension", "period"],
+                name="%(app_label)s_%(class)s_unique_policy_dimension_period",
+                violation_error_message="This policy already has a limit for this dimension and period.",
+            ),
+            models.UniqueConstraint(
+                fields=["policy", "dimension"],
+                condition=_CONCURRENT,
+                name="%(app_label)s_%(class)s_unique_policy_dimension_concurrent",
+                violation_error_message="This policy already has a concurrent limit for this dimension.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def describe(self) -> str:
+        """``per user: 100 / s, burst 200``: the way people say it."""
+        from limits.compiling import limit_to_snapshot
+
+        return describe_limit(limit_to_snapshot(self))
+
+    def clean(self) -> None:
+        if self.kind == LimitKind.CONCURRENT:
+            self._clean_concurrent()
+        else:
+            self._clean_rate()
+
+    def _clean_concurrent(self) -> None:
+        if not self.max_inflight:
+            raise ValidationError(
+                {"max_inflight": "A concurrent limit needs a max in flight."}
+            )
+        # A concurrency cap has no bucket: what belongs to buckets is dropped.
+        self.rate = self.burst = self.period = self.cost = None
+        self.shards, self.lease = 1, 0
+
+    def _clean_rate(self) -> None:
+        missing = {
+            name: "A rate limit needs this."
+            for name in ("rate", "period", "burst")
+            if getattr(self, name) is None
+        }
+        if missing:
+            raise ValidationError(missing)
+        self.max_inflight = None
+        if self.cost and self.burst < self.cost:
+            raise ValidationError(
+                {
+                    "burst": f"Burst {self.burst} is below the cost {self.cost}: such requests could never pass."
+                }
+            )
+        if self.shards > 1 and self.lease:
+            raise ValidationError(
+                {"lease": "A limit is either sharded or leased, not both."}
+            )

@@ -1,0 +1,101 @@
+"""What the decision stream is rolled up into: counts per minute, totals, recent rejections.
+
+Written by ``limits.stats`` only (the Celery aggregation task), read by the
+dashboards and the Prometheus endpoint. ``StreamEntry`` is the bookkeeping that
+makes the aggregation idempotent: a stream entry is counted in the same
+transaction that records its id, and an id already recorded is never counted
+again (``docs/stats.md``).
+"""
+
+from django.db import models
+
+from limits.choices import Outcome
+
+__all__ = ["DecisionMinute", "Rejection", "StatCounter", "StreamEntry"]
+
+
+class DecisionMinute(models.Model):
+    """Decisions of one minute, for one tenant, route and outcome."""
+
+    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
+    tenant = models.CharField(max_length=100, blank=True, help_text="Empty: anonymous.")
+    route = models.CharField(max_length=100, blank=True, help_text="Empty: no route.")
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "traffic dashboard"
+        verbose_name_plural = "traffic dashboard"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "tenant", "route", "outcome"],
+                name="%(app_label)s_%(class)s_unique_minute_tenant_route_outcome",
+                violation_error_message="One count per minute, tenant, route and outcome.",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["minute", "outcome"], name="limits_minute_outcome"),
+            models.Index(fields=["tenant", "minute"], name="limits_minute_tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.tenant or '-'} {self.route or '-'} {self.outcome}: {self.count}"
+
+
+class StatCounter(models.Model):
+    """A counter that only grows (decisions per outcome, events lost): Prometheus reads them."""
+
+    name = models.CharField(max_length=60, unique=True)
+    value = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value}"
+
+
+class Rejection(models.Model):
+    """Recent rejections of a tenant in one second (identical ones counted together):
+    kept per tenant up to a bound of rows, and by age."""
+
+    at = models.DateTimeField()
+    tenant = models.CharField(max_length=100, blank=True)
+    route = models.CharField(max_length=100, blank=True)
+    policy = models.CharField(
+        max_length=220, help_text="scope/route; ~ marks an override"
+    )
+    limit = models.CharField(
+        max_length=40, help_text="e.g. user-min, tenant-concurrent"
+    )
+    dimension = models.CharField(
+        max_length=10, help_text="What the rejecting key counted per."
+    )
+    snapshot_version = models.PositiveIntegerField()
+    gateway = models.CharField(max_length=100, blank=True)
+    count = models.PositiveIntegerField(
+        default=1, help_text="Identical rejections by this gateway in this second."
+    )
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "-at"], name="limits_rejection_tenant_at"),
+            models.Index(fields=["at"], name="limits_rejection_at"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.at:%H:%M:%S} {self.tenant or '-'} {self.route or '-'} {self.limit}"
+        )
+
+
+class StreamEntry(models.Model):
+    """A decision-stream entry already rolled up; its id is never counted twice."""
+
+    entry_id = models.CharField(max_length=41, unique=True)
+    entry_ms = models.BigIntegerField(help_text="The id's milliseconds, for pruning.")
+    processed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "stream entries"
+
+    def __str__(self) -> str:
+        return self.entry_id

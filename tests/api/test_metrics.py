@@ -1,0 +1,75 @@
+"""GET /metrics, black box: Prometheus text with shared counters, optionally behind a token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from limits.audit import Actor
+from limits.enforcement import STREAM_KEY
+from limits.metrics import SNAPSHOT_POLLS, metric_increment
+from limits.publishing import snapshot_publish
+from limits.stats import decision_stream_aggregate
+
+pytestmark = pytest.mark.django_db
+
+
+def samples(response) -> dict[tuple[str, tuple], float]:
+    text = response.content.decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def add_entry(redis_client, *outcomes: str) -> None:
+    events = [
+        [1_767_225_600_000, "acme", "search", "default/*", 1, o, "", 1]
+        for o in outcomes
+    ]
+    redis_client.xadd(
+        STREAM_KEY, {"v": "1", "gw": "g", "dropped": "2", "events": json.dumps(events)}
+    )
+
+
+def test_metrics__traffic_polls_publishes__exposed_as_counters(client, redis_client):
+    # Given aggregated decisions, gateway polls counted by the snapshot endpoint,
+    # a publish, and one entry not aggregated yet
+    add_entry(redis_client, "allowed", "limited", "limited", "fail_open")
+    decision_stream_aggregate()
+    metric_increment(SNAPSHOT_POLLS, labels={"result": "304"})
+    metric_increment(SNAPSHOT_POLLS, labels={"result": "304"})
+    metric_increment(SNAPSHOT_POLLS, labels={"result": "200"})
+    snapshot_publish(actor=Actor.system("test"), message="v1")
+    add_entry(redis_client, "allowed")
+    # When Prometheus scrapes
+    response = client.get("/metrics")
+    # Then every counter is there, with its labels
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    found = samples(response)
+    decisions = "sluice_enforcement_decisions_total"
+    assert found[(decisions, (("outcome", "limited"),))] == 2
+    assert found[(decisions, (("outcome", "fail_open"),))] == 1
+    assert found[(decisions, (("outcome", "local"),))] == 0
+    assert found[("sluice_enforcement_events_dropped_total", ())] == 2
+    assert found[("sluice_snapshot_polls_total", (("result", "304"),))] == 2
+    assert found[("sluice_snapshot_polls_total", (("result", "200"),))] == 1
+    assert found[("sluice_snapshot_publishes_total", (("kind", "publish"),))] == 1
+    assert found[("sluice_stats_stream_lag_entries", ())] == 1
+    assert found[("sluice_stats_stream_length_entries", ())] == 2
+
+
+def test_metrics__token_set__401_without_it(client, settings):
+    settings.SLUICE_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_metric_increment__unknown_counter__refused():
+    with pytest.raises(ValueError, match="not a counter"):
+        metric_increment("sluice_made_up_total")

@@ -1,0 +1,206 @@
+"""The decision stream rolled up into Postgres: counts, idempotency, crashes, bounds, pruning."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+
+from limits.enforcement import STREAM_KEY, DecisionEvents, Limiter
+from limits.enforcement.bucket import connect
+from limits.models import DecisionMinute, Rejection, StatCounter, StreamEntry
+from limits.stats import (
+    CONSUMER,
+    GROUP,
+    decision_stream_aggregate,
+    stats_apply,
+    stats_prune,
+)
+from tests.enforcement.factories import limit, policy, rules, snapshot
+
+pytestmark = pytest.mark.django_db
+
+NOW = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+RULES = snapshot(
+    rules(
+        policy("tier:pro", "search", limit("tenant", 2, 60, 2)),
+        policy("tier:pro", "*", limit("user", 100, 60, 100)),
+    )
+)
+
+
+@pytest.fixture
+def events(redis_server, redis_client):
+    return DecisionEvents(
+        connect(redis_server.url, timeout=1.0), gateway_id="gw-1", wall=lambda: NOW + 5
+    )
+
+
+@pytest.fixture
+def traffic(events):
+    """Acme searches 5 times (2 admitted, 3 limited) and globex once; flushed to the stream."""
+    limiter = Limiter(events.client, RULES, events=events)
+    for _ in range(5):
+        limiter.decide(route="search", tenant="acme", user="u1")
+    limiter.decide(route="orders.read", tenant="globex", user="u2")
+    events.flush()
+    return limiter
+
+
+def counts() -> dict[tuple[str, str, str], int]:
+    return {
+        (row.tenant, row.route, row.outcome): row.count
+        for row in DecisionMinute.objects.all()
+    }
+
+
+def totals() -> dict[str, int]:
+    return dict(StatCounter.objects.values_list("name", "value"))
+
+
+def read_without_ack(redis_client) -> list[tuple[str, dict]]:
+    """What a run reads before it dies: entries delivered to the group, not acknowledged."""
+    with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: it exists already
+        redis_client.xgroup_create(STREAM_KEY, GROUP, id="0", mkstream=True)
+    reply = redis_client.xreadgroup(GROUP, CONSUMER, {STREAM_KEY: ">"})
+    return [(entry_id.decode(), fields) for entry_id, fields in reply[0][1]]
+
+
+def test_aggregate__stream_of_decisions__counted_per_minute_tenant_route_outcome(
+    traffic,
+):
+    # When the aggregation runs over the stream
+    rollup = decision_stream_aggregate()
+    # Then each minute x tenant x route x outcome has its count
+    assert (rollup.entries, rollup.counted, rollup.events) == (1, 1, 6)
+    assert counts() == {
+        ("acme", "search", "allowed"): 2,
+        ("acme", "search", "limited"): 3,
+        ("globex", "orders.read", "allowed"): 1,
+    }
+    assert {row.minute for row in DecisionMinute.objects.all()} == {
+        datetime.fromtimestamp(NOW, UTC)
+    }
+    assert totals() == {"decisions_allowed": 3, "decisions_limited": 3}
+    # and the rejections of acme say which limit of which policy, per what
+    rejection = Rejection.objects.filter(tenant="acme").first()
+    assert (rejection.limit, rejection.dimension, rejection.policy) == (
+        "tenant-min",
+        "tenant",
+        "tier:pro/search",
+    )
+    assert rejection.gateway == "gw-1"
+    assert rejection.count == 3  # the three of that second, in one row
+
+
+def test_aggregate__run_twice__nothing_counted_twice(traffic):
+    decision_stream_aggregate()
+    again = decision_stream_aggregate()
+    assert (again.entries, again.counted) == (0, 0)
+    assert counts()[("acme", "search", "limited")] == 3
+
+
+def test_aggregate__killed_between_commit_and_ack__next_run_counts_nothing_again(
+    traffic, redis_client
+):
+    # Given a run that read the entries, committed their counts, and died before XACK
+    entries = read_without_ack(redis_client)
+    stats_apply(entries=entries)
+    assert redis_client.xpending(STREAM_KEY, GROUP)["pending"] == 1
+    # When the next run comes
+    rollup = decision_stream_aggregate()
+    # Then it finds the entry already counted, acknowledges it, and counts nothing twice
+    assert (rollup.entries, rollup.counted, rollup.skipped) == (1, 0, 1)
+    assert redis_client.xpending(STREAM_KEY, GROUP)["pending"] == 0
+    assert counts()[("acme", "search", "allowed")] == 2
+
+
+def test_aggregate__killed_before_commit__next_run_counts_it(traffic, redis_client):
+    # Given a run that read the entries and died before committing
+    read_without_ack(redis_client)
+    # When the next run comes
+    rollup = decision_stream_aggregate()
+    # Then the pending entry is counted: nothing is lost
+    assert (rollup.counted, rollup.events) == (1, 6)
+    assert counts()[("acme", "search", "limited")] == 3
+
+
+def test_aggregate__pending_entry_trimmed__counted_as_lost(traffic, redis_client):
+    read_without_ack(redis_client)
+    redis_client.xtrim(STREAM_KEY, maxlen=0, approximate=False)
+    rollup = decision_stream_aggregate()
+    assert (rollup.counted, rollup.lost, rollup.events) == (1, 1, 0)
+    assert totals() == {"entries_lost": 1}
+
+
+def test_aggregate__malformed_events__skipped_and_counted(redis_client):
+    good = [int(NOW * 1000), "acme", "search", "default/*", 1, "allowed", "", 3]
+    redis_client.xadd(
+        STREAM_KEY,
+        {
+            "v": "1",
+            "gw": "gw-x",
+            "dropped": "4",
+            "events": json.dumps(
+                [good, ["short"], [*good[:5], "exploded", "", 1], [*good[:7], 0]]
+            ),
+        },
+    )
+    redis_client.xadd(STREAM_KEY, {"v": "1", "events": "{not json"})
+    rollup = decision_stream_aggregate()
+    assert rollup.events == 3
+    assert totals() == {
+        "decisions_allowed": 3,
+        "events_dropped": 4,
+        "events_malformed": 4,
+    }
+
+
+def test_aggregate__flood_of_rejections__log_bounded_per_tenant(settings, redis_client):
+    # Given room for 5 rejections per tenant, and 12 rejections of acme in two entries
+    settings.SLUICE_STATS_REJECTIONS_PER_TENANT = 5
+    for batch in (range(6), range(6, 12)):
+        events = [
+            [
+                int(NOW * 1000) + i,
+                "acme",
+                "search",
+                "default/*",
+                1,
+                "limited",
+                "ip-s",
+                1,
+            ]
+            for i in batch
+        ]
+        redis_client.xadd(
+            STREAM_KEY, {"v": "1", "gw": "g", "events": json.dumps(events)}
+        )
+    # When they are aggregated
+    decision_stream_aggregate(batch=1)
+    # Then the newest 5 are kept
+    kept = list(Rejection.objects.filter(tenant="acme").values_list("at", flat=True))
+    assert len(kept) == 5
+    assert kept[0] == datetime.fromtimestamp(NOW + 0.011, UTC)
+
+
+def test_prune__old_rows__deleted_and_pending_ledger_kept(
+    traffic, redis_client, settings
+):
+    # Given counts, rejections and ledger rows, one entry still pending
+    decision_stream_aggregate()
+    redis_client.xadd(STREAM_KEY, {"v": "1", "events": "[]"})
+    entries = read_without_ack(redis_client)
+    stats_apply(entries=entries)
+    # When prune runs 40 days later
+    later = datetime.fromtimestamp(NOW, UTC) + timedelta(days=40)
+    StreamEntry.objects.update(processed_at=later - timedelta(days=10))
+    removed = stats_prune(now=later)
+    # Then counts and rejections are gone, and only the pending entry's id remains
+    assert removed == {"minutes": 3, "rejections": 1, "ledger": 1}
+    assert list(StreamEntry.objects.values_list("entry_id", flat=True)) == [
+        entries[0][0]
+    ]
