@@ -230,7 +230,9 @@ def test_fleet__after_polls__each_gateway_with_its_version_and_state(
     assert all(g["token"] == gateway_secret[:12] for g in fleet["gateways"])
 
 
-def test_snapshot__polls__counted_by_result_on_the_metrics_endpoint(client, published, gateway_secret):
+def test_snapshot__polls__counted_by_result_on_the_metrics_endpoint(
+    client, published, gateway_secret
+):
     # Given a first poll (200), an up-to-date poll (304) and one with a wrong token (401)
     etag = _poll(client, gateway_secret)["ETag"]
     _poll(client, gateway_secret, HTTP_IF_NONE_MATCH=etag)

@@ -10,10 +10,8 @@ from django.db.models import Sum
 
 from gateway.demo import build, serve
 from gateway.traffic import Plan, generate
-from limits.audit import Actor
 from limits.choices import Outcome
 from limits.models import DecisionMinute
-from limits.publishing import snapshot_publish
 from tests.celery_fixtures import wait_until
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
@@ -22,8 +20,7 @@ pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def demo_gateway(redis_server, redis_client, tmp_path):
     """The demo gateway on a free port, its rules from the published bundle's file."""
-    call_command("seed_demo")
-    snapshot_publish(actor=Actor.system("e2e"), message="demo rules")
+    call_command("seed_demo")  # also publishes the demo rules as version 1
     bundle = tmp_path / "bundle.json"
     call_command("gateway_bundle", output=str(bundle))
     gateway = build(

@@ -17,7 +17,7 @@ from limits.models import Limit, Policy, Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
 
 
 def concurrent_row(**fields) -> Limit:
