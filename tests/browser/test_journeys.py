@@ -107,3 +107,36 @@ def test_fleet__demo_gateway_polls__shown_in_sync(page, live_server, tmp_path):
     assert "in sync" in row.text_content()
     assert "1 (active)" in page.text_content("#fleet-versions")
     save_screenshot(page, "fleet-demo-gateway-in-sync")
+
+
+def test_dashboard__limited_traffic__charts_render_with_data(page, redis_server):
+    # Given a gateway that limited initech on search, its decisions streamed and rolled up
+    from limits.enforcement import Limiter, connect
+    from limits.enforcement.metrics import DecisionEvents
+    from limits.selectors import snapshot_document, snapshot_get_active
+    from limits.stats import decision_stream_aggregate
+
+    events = DecisionEvents(
+        connect(redis_server.url, timeout=1.0), gateway_id="demo-gateway"
+    )
+    limiter = Limiter(
+        redis_server.url,
+        snapshot_document(snapshot_get_active()),
+        timeout=1.0,
+        events=events,
+    )
+    decisions = [
+        limiter.decide(method="GET", path="/v1/search", tenant="initech", user="u1")
+        for _ in range(30)
+    ]
+    events.flush()
+    decision_stream_aggregate()
+    assert any(not d.allowed for d in decisions)
+    # When a viewer opens the traffic dashboard
+    login(page, "viewer")
+    page.goto("/admin/limits/decisionminute/")
+    # Then the charts are drawn, and initech is the most limited tenant
+    assert page.locator("svg").count() >= 2
+    assert "initech" in page.text_content("#content-main")
+    assert page.locator("svg polyline, svg path").count() >= 1
+    save_screenshot(page, "dashboard-charts-with-data")
