@@ -38,6 +38,7 @@ check: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
 
 test: check
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)

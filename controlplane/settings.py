@@ -167,6 +167,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Several models have a field named "kind"; name each enum after its choices.
+    "ENUM_NAME_OVERRIDES": {
+        "LimitKindEnum": "limits.choices.LimitKind",
+        "SnapshotKindEnum": "limits.choices.SnapshotKind",
+        "DeliveryKindEnum": "limits.choices.DeliveryKind",
+    },
 }
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/1")

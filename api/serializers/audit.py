@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from limits.models import ApiToken, AuditEntry
+from limits.models import AuditEntry
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
@@ -21,19 +21,3 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "reason",
         )
         read_only_fields = fields
-
-
-class ApiTokenSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ApiToken
-        fields = ("id", "name", "prefix", "created_at", "last_used_at", "revoked_at")
-        read_only_fields = ("id", "prefix", "created_at", "last_used_at", "revoked_at")
-
-
-class ApiTokenCreatedSerializer(ApiTokenSerializer):
-    secret = serializers.CharField(
-        read_only=True, help_text="Shown once; store it now."
-    )
-
-    class Meta(ApiTokenSerializer.Meta):
-        fields = (*ApiTokenSerializer.Meta.fields, "secret")

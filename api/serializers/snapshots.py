@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from limits.explain import ExplainSource
-from limits.models import GatewayToken, Snapshot
+from limits.models import Snapshot
 
 
 class SnapshotSerializer(serializers.ModelSerializer):
@@ -179,22 +179,6 @@ class FleetSerializer(serializers.Serializer):
     active_version = serializers.IntegerField(allow_null=True)
     gateways = GatewayOutSerializer(many=True)
     versions = VersionCountSerializer(many=True)
-
-
-class GatewayTokenSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = GatewayToken
-        fields = ("id", "name", "prefix", "created_at", "last_used_at", "revoked_at")
-        read_only_fields = ("id", "prefix", "created_at", "last_used_at", "revoked_at")
-
-
-class GatewayTokenCreatedSerializer(GatewayTokenSerializer):
-    secret = serializers.CharField(
-        read_only=True, help_text="Shown once; store it now."
-    )
-
-    class Meta(GatewayTokenSerializer.Meta):
-        fields = (*GatewayTokenSerializer.Meta.fields, "secret")
 
 
 class FieldChangeSerializer(serializers.Serializer):

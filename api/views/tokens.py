@@ -4,8 +4,9 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.response import Response
 
 from api.permissions import AnyRole, RolePermission
-from api.serializers.audit import ApiTokenCreatedSerializer, ApiTokenSerializer
-from api.serializers.snapshots import (
+from api.serializers.tokens import (
+    ApiTokenCreatedSerializer,
+    ApiTokenSerializer,
     GatewayTokenCreatedSerializer,
     GatewayTokenSerializer,
 )

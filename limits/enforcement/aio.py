@@ -7,8 +7,7 @@ only the Redis calls are awaited.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from typing import Unpack
 
 import redis
 import redis.asyncio
@@ -17,12 +16,10 @@ from .bucket import AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
 from .decision import Decision
 from .engine import Engine, Prepared
-from .failure import CircuitBreaker, LocalBuckets
 from .hot import HotCall
-from .limiter import LimiterCore, logger
-from .metrics import DecisionEvents
+from .limiter import CoreOptions, LimiterCore, logger
 from .scripts import HOT, RELEASE, AsyncScript
-from .snapshot import FailureMode, Snapshot
+from .snapshot import Snapshot
 
 __all__ = ["AsyncLimiter"]
 
@@ -36,24 +33,9 @@ class AsyncLimiter(LimiterCore):
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
         timeout: float = 0.005,
-        breaker: CircuitBreaker | None = None,
-        local: LocalBuckets | None = None,
-        unmatched: FailureMode = FailureMode.LOCAL,
-        wall: Callable[[], float] = time.time,
-        events: DecisionEvents | None = None,
-        reject_cache: bool = True,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[CoreOptions],
     ) -> None:
-        super().__init__(
-            rules,
-            breaker=breaker,
-            local=local,
-            unmatched=unmatched,
-            wall=wall,
-            events=events,
-            reject_cache=reject_cache,
-            clock=clock,
-        )
+        super().__init__(rules, **options)
         if isinstance(client, str):
             client = connect_async(client, timeout=timeout)
         self.bucket = AsyncTokenBucket(client)

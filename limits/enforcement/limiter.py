@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypedDict, Unpack
 
 import redis
 
@@ -33,6 +34,18 @@ from .snapshot import FailureMode, Snapshot
 __all__ = ["Limiter", "LimiterCore"]
 
 logger = logging.getLogger("limits.enforcement")
+
+
+class CoreOptions(TypedDict, total=False):
+    """The options both limiters pass to :class:`LimiterCore` (see its parameters)."""
+
+    breaker: CircuitBreaker | None
+    local: LocalBuckets | None
+    unmatched: FailureMode
+    wall: Callable[[], float]
+    events: DecisionEvents | None
+    reject_cache: bool
+    clock: Callable[[], float]
 
 
 class LimiterCore:
@@ -194,24 +207,9 @@ class Limiter(LimiterCore):
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
         timeout: float = 0.005,
-        breaker: CircuitBreaker | None = None,
-        local: LocalBuckets | None = None,
-        unmatched: FailureMode = FailureMode.LOCAL,
-        wall: Callable[[], float] = time.time,
-        events: DecisionEvents | None = None,
-        reject_cache: bool = True,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[CoreOptions],
     ) -> None:
-        super().__init__(
-            rules,
-            breaker=breaker,
-            local=local,
-            unmatched=unmatched,
-            wall=wall,
-            events=events,
-            reject_cache=reject_cache,
-            clock=clock,
-        )
+        super().__init__(rules, **options)
         if isinstance(client, str):
             client = connect(client, timeout=timeout)
         self.bucket = TokenBucket(client)
