@@ -89,6 +89,13 @@ class RedisServer:
         self.stop()
         self.start()
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would: no shutdown, nothing saved."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -110,9 +117,16 @@ def free_cluster_port() -> int:
 
 @dataclass
 class RedisClusterServers:
-    """A real Redis Cluster of ``masters`` redis-server processes on 127.0.0.1, no replicas."""
+    """A real Redis Cluster of ``masters`` redis-server processes on 127.0.0.1.
+
+    ``replicas`` per master (0 by default); ``node_timeout`` (ms) is how long a
+    silent master takes to be declared failed before its replica takes over.
+    """
 
     masters: int = 3
+    replicas: int = 0
+    node_timeout: int = 5000
+    extra: tuple[str, ...] = ()
     nodes: list[RedisServer] = field(default_factory=list)
 
     @property
@@ -120,7 +134,7 @@ class RedisClusterServers:
         return self.nodes[0].url
 
     def start(self) -> RedisClusterServers:
-        for _ in range(self.masters):
+        for _ in range(self.masters * (1 + self.replicas)):
             node = RedisServer(
                 port=free_cluster_port(),
                 extra=(
@@ -129,7 +143,8 @@ class RedisClusterServers:
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
-                    "5000",
+                    str(self.node_timeout),
+                    *self.extra,
                 ),
             )
             self.nodes.append(node.start())
@@ -170,6 +185,33 @@ class RedisClusterServers:
                     time.sleep(0.05)
             finally:
                 client.close()
+
+    def wait_replicas(self, timeout: float = 20.0) -> None:
+        """Wait until every replica is linked to its master and in sync."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            client = redis.Redis(port=node.port)
+            try:
+                while True:
+                    info = client.info("replication")
+                    if (
+                        info["role"] == "master"
+                        or info.get("master_link_status") == "up"
+                    ):
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"replica {node.port} not in sync: {info}")
+                    time.sleep(0.05)
+            finally:
+                client.close()
+
+    def role(self, node: RedisServer) -> str:
+        """``master`` or ``slave``, as the node itself says."""
+        client = redis.Redis(port=node.port)
+        try:
+            return client.info("replication")["role"]
+        finally:
+            client.close()
 
     def cleanup(self) -> None:
         for node in self.nodes:

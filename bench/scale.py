@@ -1,0 +1,317 @@
+"""Scale of rules: publish, snapshot size, gateway load and resolution with 100k tenants.
+
+Runs in a Django process on the bench database (``bench/run.py`` sets it up;
+alone: ``DJANGO_SETTINGS_MODULE=bench.settings DATABASE_URL=..._bench REDIS_URL=<a
+private redis> python -m bench.scale``). Loads the rules with ``bulk_create``
+(``bench/rules_data.py``), then measures each stage of a first publish and of
+a small edit published on top, the gateway's load of the bundle, resolution
+per decision against a tiny rule set in the same run, and the control-plane
+reads an operator does (explain, diff, admin pages). Prints Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import random
+import time
+import tracemalloc
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import django
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from bench.common import machine_line, spread, table  # noqa: E402
+from bench.rules_data import RuleSet, load_rules  # noqa: E402
+from limits.audit import Actor  # noqa: E402
+from limits.bundle import snapshot_bundle_get  # noqa: E402
+from limits.choices import ScopeKind  # noqa: E402
+from limits.compiling import rules_compile  # noqa: E402
+from limits.diffing import rules_diff, snapshot_diff  # noqa: E402
+from limits.enforcement import Snapshot, validate_rules  # noqa: E402
+from limits.enforcement.bundle import parse_bundle_bytes  # noqa: E402
+from limits.enforcement.engine import Engine  # noqa: E402
+from limits.explain import explain  # noqa: E402
+from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
+from limits.publishing import snapshot_publish  # noqa: E402
+from limits.selectors import snapshot_get_active, snapshot_rules  # noqa: E402
+from tests.enforcement.factories import limit, policy, rules, snapshot  # noqa: E402
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    """(result, seconds) of one call."""
+    began = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - began
+
+
+def peak_mib(call: Callable[[], Any]) -> float:
+    """Peak Python memory a call allocates, in MiB (tracemalloc; slows the call)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def publish_stages(parent: Any) -> list[tuple[str, float]]:
+    """Seconds per stage of a publish, done by hand in the order the service does it."""
+    stages = []
+    compiled, seconds = timed(rules_compile)
+    stages.append(("compile the working copy (queries + value types)", seconds))
+    stages.append(("validate_rules", timed(lambda: validate_rules(compiled))[1]))
+    now = timezone.now()
+    document, seconds = timed(
+        lambda: Snapshot.build(
+            version=99, parent=None, published_at=now, effective_at=now, rules=compiled
+        )
+    )
+    stages.append(("Snapshot.build (canonical bytes + SHA-256)", seconds))
+    content, seconds = timed(document.to_bytes)
+    stages.append(("to_bytes (canonical bytes again, stored)", seconds))
+    stages.append(("rules digest", timed(compiled.digest)[1]))
+    stages.append(("gzip", timed(lambda: gzip.compress(content, mtime=0))[1]))
+    stages.append(
+        ("diff against the parent", timed(lambda: rules_diff(parent, compiled))[1])
+    )
+    return stages
+
+
+def small_edit() -> str:
+    """What a busy day brings: one tier limit lowered, 10 tenants added, 50 overrides renewed."""
+    pro = Tier.objects.get(slug="pro")
+    Limit.objects.filter(policy__scope=ScopeKind.TIER, policy__tier=pro).filter(
+        policy__route__slug="r001.read"
+    ).update(rate=5)
+    Tenant.objects.bulk_create(
+        Tenant(slug=f"new{index}", name=f"New {index}", tier=pro) for index in range(10)
+    )
+    renewed = Policy.objects.filter(expires_at__isnull=False).order_by("pk")[:50]
+    Policy.objects.filter(pk__in=list(renewed.values_list("pk", flat=True))).update(
+        expires_at=timezone.now() + timedelta(days=30)
+    )
+    return "pro r001.read rate lowered, 10 tenants added, 50 overrides renewed"
+
+
+def tiny_snapshot(routes: dict) -> Snapshot:
+    """Three policies and two tenants on the same routes: the big rules' requests
+    resolve here too (unknown tenants get the default policy)."""
+    return snapshot(
+        rules(
+            policy("tier:pro", "r001.read", limit("tenant", 50, 1, 100)),
+            policy("tenant:acme", "r001.read", limit("tenant", 500, 1, 1000)),
+            routes=routes,
+        )
+    )
+
+
+def resolution_us(
+    engine: Engine, requests: list[tuple[str, str]], *, cold: bool
+) -> float:
+    """µs per ``Engine.prepare`` (resolve + keys); ``cold`` empties the resolution cache first."""
+    now = time.time()
+    began = time.perf_counter()
+    for tenant, route in requests:
+        if cold:
+            engine._cache.clear()
+        engine.prepare(
+            route=route,
+            method=None,
+            path=None,
+            tenant=tenant,
+            user="u1",
+            api_key=None,
+            ip="10.0.0.1",
+            now=now,
+        )
+    return (time.perf_counter() - began) / len(requests) * 1e6
+
+
+def resolution_rows(big: Snapshot, ops: int, repeats: int) -> list[list[str]]:
+    """Big vs tiny rule set, A/B interleaved, cold (resolver) and warm (cache)."""
+    rng = random.Random(7)
+    tenants, routes = list(big.rules.tenants), list(big.rules.routes)
+    big_requests = [(rng.choice(tenants), rng.choice(routes)) for _ in range(ops)]
+    engines = {"100k": Engine(big), "tiny": Engine(tiny_snapshot(big.rules.routes))}
+    work = {"100k": big_requests, "tiny": big_requests}  # the same requests for both
+    rows = []
+    for cold in (True, False):
+        results: dict[str, list[float]] = {"100k": [], "tiny": []}
+        for repeat in range(repeats):
+            order = ["100k", "tiny"] if repeat % 2 == 0 else ["tiny", "100k"]
+            for name in order:
+                results[name].append(
+                    resolution_us(engines[name], work[name], cold=cold)
+                )
+        ratios = [b / t for b, t in zip(results["100k"], results["tiny"], strict=True)]
+        rows.append(
+            [
+                "resolver (cache emptied)" if cold else "cached resolution",
+                spread(results["100k"], 2),
+                spread(results["tiny"], 2),
+                spread(ratios, 2),
+            ]
+        )
+    return rows
+
+
+def admin_pages(tenant: str) -> list[tuple[str, float, int]]:
+    """Seconds to render the pages an operator opens, logged in as a superuser."""
+    users = get_user_model().objects
+    user = users.filter(username="bench-admin").first() or users.create_superuser(
+        "bench-admin", "b@x.example", "x"
+    )
+    client = Client(SERVER_NAME="localhost")
+    client.force_login(user)
+    pk = Tenant.objects.get(slug=tenant).pk
+    policy_pk = Policy.objects.filter(tenant__slug=tenant).values_list("pk", flat=True)[
+        0
+    ]
+    pages = [
+        ("tenants list", "/admin/limits/tenant/"),
+        ("tenants search", f"/admin/limits/tenant/?q={tenant}"),
+        ("tenant page (effective limits)", f"/admin/limits/tenant/{pk}/change/"),
+        ("policies list", "/admin/limits/policy/"),
+        ("policy page", f"/admin/limits/policy/{policy_pk}/change/"),
+        ("versions list", "/admin/limits/snapshot/"),
+        ("version page (diff)", "/admin/limits/snapshot/2/change/"),
+    ]
+    rows = []
+    for name, url in pages:
+        response, seconds = timed(lambda url=url: client.get(url))
+        rows.append((name, seconds, response.status_code))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tenants", type=int, default=100_000)
+    parser.add_argument("--overrides", type=int, default=20_000)
+    parser.add_argument("--routes", type=int, default=200)
+    parser.add_argument("--ops", type=int, default=20_000, help="resolutions per block")
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    shape = RuleSet(options.tenants, options.overrides, options.routes)
+    print(f"## Scale of rules\n\n{machine_line()}\n")
+    counts, seconds = timed(lambda: load_rules(shape))
+    print(f"Working copy (bulk_create, {seconds:.1f} s): {counts}\n")
+    actor = Actor.system()
+    first, first_s = timed(
+        lambda: snapshot_publish(actor=actor, message="bench: first")
+    )
+    parent = snapshot_rules(first)
+    stages = publish_stages(parent)
+    edit = small_edit()
+    second, second_s = timed(
+        lambda: snapshot_publish(actor=actor, message="bench: edit")
+    )
+    rows = [(name, f"{s * 1000:,.0f}") for name, s in stages]
+    rows += [
+        (
+            "**snapshot_publish, first version** (all of it, in one transaction)",
+            f"{first_s * 1000:,.0f}",
+        ),
+        (f"**snapshot_publish, small edit** ({edit})", f"{second_s * 1000:,.0f}"),
+    ]
+    print("### Publish\n")
+    print(table(["stage (small edit on top of version 1)", "ms"], rows))
+    memory = peak_mib(lambda: publish_stages(parent))
+    print(
+        f"\nPeak Python memory of compile + build + bytes + digest + gzip + diff (tracemalloc): {memory:,.0f} MiB"
+    )
+    print(
+        f"Stored diff of the edit: {len(str(second.diff)):,} characters, counts {second.diff['counts']}\n"
+    )
+    bundle = snapshot_bundle_get()
+    print("### Snapshot size\n")
+    print(
+        table(
+            ["", "plain", "gzip"],
+            [
+                (
+                    "version document",
+                    f"{len(bytes(second.content)):,} B",
+                    f"{len(bytes(second.content_gzip)):,} B",
+                ),
+                (
+                    "gateway bundle",
+                    f"{len(bundle.body):,} B",
+                    f"{len(bundle.body_gzip):,} B",
+                ),
+            ],
+        )
+    )
+    print("\n### Gateway: load and index the bundle\n")
+    loads = []
+    for _ in range(options.repeats):
+        parsed, parse_s = timed(lambda: parse_bundle_bytes(bundle.body))
+        _, engine_s = timed(lambda parsed=parsed: Engine(parsed.active))
+        loads.append((parse_s, engine_s))
+    memory = peak_mib(lambda: Engine(parse_bundle_bytes(bundle.body).active))
+    print(
+        table(
+            ["step", "ms, median [min .. max]"],
+            [
+                (
+                    "parse + verify (JSON, hash, shape, validate_rules)",
+                    spread([p * 1000 for p, _ in loads], 0),
+                ),
+                (
+                    "Engine (Resolver index + route table)",
+                    spread([e * 1000 for _, e in loads], 0),
+                ),
+            ],
+        )
+    )
+    print(f"\nPeak Python memory while loading (tracemalloc): {memory:,.0f} MiB\n")
+    print("### Resolution per decision: 100k-tenant rules vs a tiny rule set\n")
+    print(
+        f"{options.ops:,} requests per block, {options.repeats} A/B repeats, µs per request.\n"
+    )
+    print(
+        table(
+            ["", "100k rules µs", "tiny rules µs", "100k / tiny"],
+            resolution_rows(parsed.active, options.ops, options.repeats),
+        )
+    )
+    print("\n### Control-plane reads at this scale\n")
+    reads = [
+        (
+            "explain (active version), first call",
+            timed(lambda: explain(tenant="t000001", route="r001.read"))[1],
+        ),
+        (
+            "explain (active version), next call",
+            timed(lambda: explain(tenant="t000002", route="r002.read"))[1],
+        ),
+        (
+            "explain (working copy)",
+            timed(
+                lambda: explain(tenant="t000003", route="r003.read", source="working")
+            )[1],
+        ),
+        ("snapshot_diff(1, 2)", timed(lambda: snapshot_diff(old=1, new=2))[1]),
+        ("snapshot_diff(active, working copy)", timed(lambda: snapshot_diff())[1]),
+    ]
+    rows = [(name, f"{s * 1000:,.0f}", "") for name, s in reads]
+    rows += [
+        (f"admin: {name}", f"{s * 1000:,.0f}", status)
+        for name, s, status in admin_pages("t000001")
+    ]
+    print(table(["read", "ms", "HTTP"], rows))
+    active = snapshot_get_active(light=True)
+    print(f"\nActive version after the bench: {active.version if active else None}")
+
+
+if __name__ == "__main__":
+    main()
