@@ -169,6 +169,9 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sluice@localhost")
 SLUICE_FLEET_SILENT_AFTER = env_int("SLUICE_FLEET_SILENT_AFTER", 60)
 #: A gateway behind the active version for longer than this many seconds is stale.
 SLUICE_FLEET_STALE_AFTER = env_int("SLUICE_FLEET_STALE_AFTER", 60)
+#: How long a web process answers gateway polls from what it last heard from Redis
+#: (ETag, token validity), buffering fleet reports meanwhile; 0: every poll asks Redis.
+SLUICE_POLL_WINDOW_MS = env_int("SLUICE_POLL_WINDOW_MS", 1000)
 #: Seconds between two runs of the beat task that activates scheduled snapshots.
 SLUICE_ACTIVATION_INTERVAL = env_int("SLUICE_ACTIVATION_INTERVAL", 5)
 

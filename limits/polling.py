@@ -1,19 +1,39 @@
 """A gateway's poll for its snapshot: authenticate, record its report, compare ETags.
 
 This is the hottest path of the control plane (every gateway, every few
-seconds, mostly answered 304), so it is one Redis round trip and no database
-query: a Lua script checks the token's cache entry, stores the gateway's
-report in the fleet hash, counts the poll, and returns the bundle's ETag.
-Only a token missing from the cache (first use, or after five minutes) is
-checked in Postgres.
+seconds, mostly answered 304) and never queries the database once a token is
+known. Two paths:
+
+* **slow** (a token this process has not vouched for lately, or a stale
+  window): one Lua script on Redis checks the token's cache entry, stores the
+  gateway's report in the fleet hash, counts the poll and returns the bundle's
+  ETag. A token missing from the cache (first use, or after five minutes) is
+  checked in Postgres.
+* **fast** (a vouched token holding the current ETag: the 304s that make up
+  nearly all polls): answered from what this process heard from Redis
+  less than ``SLUICE_POLL_WINDOW_MS`` ago (default 1 s). The report is kept in
+  memory and written with the others of the window in one pipeline, which also
+  checks that every token used in the window is still valid and reads the ETag
+  again. So a web process makes about one Redis round trip per second instead
+  of one per poll (``docs/benchmarks.md``: the round trip was most of a 304).
+
+What the window delays, by at most its length in other processes (this
+process resets it at once): a new bundle's ETag after a publish, a revocation,
+and a report reaching the fleet page. ``SLUICE_POLL_WINDOW_MS=0`` makes every
+poll take the slow path.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import os
+import threading
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
 
 import redis
+from django.conf import settings
 
 from limits.bundle import BUNDLE_KEY
 from limits.fleet import FLEET_KEY, GatewayReport, report_json
@@ -21,7 +41,13 @@ from limits.models import GatewayToken, hash_secret
 from limits.store import redis_client
 from limits.tokens import GATEWAY_TOKEN_KEY, gateway_token_authenticate
 
-__all__ = ["POLLS_KEY", "PollOutcome", "gateway_poll"]
+__all__ = [
+    "POLLS_KEY",
+    "PollOutcome",
+    "gateway_poll",
+    "poll_window_flush",
+    "poll_window_reset",
+]
 
 #: Total polls answered, for the metrics endpoint (all web processes add up here).
 POLLS_KEY = "sluice:metrics:snapshot_polls"
@@ -43,23 +69,68 @@ class PollOutcome:
     etag: str | None  #: the current bundle's ETag; None when Redis has no bundle
 
 
+@dataclass
+class _Window:
+    """What this process heard from Redis at ``opened`` and what it owes it since."""
+
+    pid: int = field(default_factory=os.getpid)
+    opened: float = float("-inf")  #: monotonic time of the last round trip
+    etag: str | None = None
+    tokens: set[str] = field(default_factory=set)  #: cache keys of vouched tokens
+    reports: dict[str, str] = field(default_factory=dict)  #: gateway -> report JSON
+    polls: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_window = _Window()
+
+
+def _current() -> _Window:
+    global _window
+    if _window.pid != os.getpid():  # forked after import: start empty
+        _window = _Window()
+    return _window
+
+
 @functools.lru_cache(maxsize=4)
 def _script(client: redis.Redis):
     return client.register_script(_POLL)  # EVALSHA, loaded again after a Redis restart
 
 
-def gateway_poll(*, secret: str, report: GatewayReport) -> PollOutcome:
+def gateway_poll(
+    *, secret: str, report: GatewayReport, held: Collection[str] = ()
+) -> PollOutcome:
     """Authenticate a poll with gateway token ``secret`` and record ``report``.
 
-    ``report.token`` is filled in here: the visible prefix of the secret.
+    ``held``: the ETags the gateway sent in ``If-None-Match``. Only a poll that
+    holds the ETag of the window is answered from memory (it gets a 304); any
+    other goes to Redis, so a gateway is never handed an older bundle than the
+    one it has. ``report.token`` is filled in here: the prefix of the secret.
     """
     report = report.with_token(secret[: len(GatewayToken.PREFIX) + 8])
-    keys = [
-        GATEWAY_TOKEN_KEY.format(hash_secret(secret)),
-        FLEET_KEY,
-        BUNDLE_KEY,
-        POLLS_KEY,
-    ]
+    key = GATEWAY_TOKEN_KEY.format(hash_secret(secret))
+    window = _current()
+    with window.lock:
+        if _open(window) and key in window.tokens and window.etag in held:
+            window.reports[report.gateway] = report_json(report)
+            window.polls += 1
+            return PollOutcome(True, window.etag)
+    outcome = _poll_redis(key, secret, report)
+    if outcome.authorized:
+        with window.lock:
+            window.tokens.add(key)
+        if not _open(window):
+            poll_window_flush(etag=outcome.etag)
+    return outcome
+
+
+def _open(window: _Window) -> bool:
+    return time.monotonic() - window.opened < settings.SLUICE_POLL_WINDOW_MS / 1000
+
+
+def _poll_redis(key: str, secret: str, report: GatewayReport) -> PollOutcome:
+    """The slow path: one script call (and Postgres for a token not cached in Redis)."""
+    keys = [key, FLEET_KEY, BUNDLE_KEY, POLLS_KEY]
     script = _script(redis_client())
     found, *rest = script(keys=keys, args=[report.gateway, report_json(report)])
     if not found:
@@ -68,3 +139,40 @@ def gateway_poll(*, secret: str, report: GatewayReport) -> PollOutcome:
         found, *rest = script(keys=keys, args=[report.gateway, report_json(report)])
     etag = rest[0] if found and rest and rest[0] else None
     return PollOutcome(bool(found), etag.decode() if etag else None)
+
+
+def poll_window_flush(*, etag: str | None = None) -> None:
+    """Write the buffered reports and poll count, re-check the window's tokens, and
+    open a new window (with ``etag`` when the caller just read it)."""
+    window = _current()
+    with window.lock:
+        reports, polls, tokens = window.reports, window.polls, sorted(window.tokens)
+        window.reports, window.polls = {}, 0
+    pipe = redis_client().pipeline(transaction=False)
+    if reports:
+        pipe.hset(FLEET_KEY, mapping=reports)
+    if polls:
+        pipe.incrby(POLLS_KEY, polls)
+    pipe.hget(BUNDLE_KEY, "etag")
+    for token in tokens:
+        pipe.exists(token)
+    replies = pipe.execute()[-1 - len(tokens) :]
+    stored, valid = replies[0], replies[1:]
+    with window.lock:
+        window.tokens -= {t for t, ok in zip(tokens, valid, strict=True) if not ok}
+        window.etag = (
+            etag if etag is not None else (stored.decode() if stored else None)
+        )
+        window.opened = time.monotonic()
+
+
+def poll_window_reset(*, drop_reports: bool = False) -> None:
+    """Forget what this process heard (after a publish or a revocation here);
+    buffered reports are kept for the next flush unless ``drop_reports``."""
+    window = _current()
+    with window.lock:
+        window.opened = float("-inf")
+        window.etag = None
+        window.tokens.clear()
+        if drop_reports:
+            window.reports, window.polls = {}, 0
