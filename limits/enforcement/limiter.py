@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import redis
 
-from .bucket import TokenBucket, connect
+from .bucket import STORE_ERRORS, TokenBucket, connect
 from .bundle import Bundle, SnapshotProvider, StaticSource
 from .decision import Decision
 from .engine import Engine, Prepared
@@ -155,7 +155,7 @@ class Limiter(LimiterCore):
             return self.fail(engine, prepared, "circuit open")
         try:
             reply = self.bucket(prepared.keys, prepared.plan.args)
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc)
         if self.breaker.troubled:
             self.store_answered()

@@ -1,0 +1,122 @@
+"""Redis slow, and Redis killed and restarted, while gateways decide (real servers).
+
+Bounds on time here are generous on purpose: they prove that no decision waits
+for the fault (no pile-up) and that recovery comes, not how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import pytest
+import redis
+
+from limits.enforcement import BreakerState, CircuitBreaker, Limiter
+from limits.enforcement.bucket import SCRIPT, connect
+from tests.faults.traffic import (
+    RULES,
+    Traffic,
+    between,
+    first_healthy_after,
+    wrong_modes,
+)
+from tests.servers import RedisServer
+
+TIMEOUT = 0.02  #: the limiter's Redis timeout, seconds
+COOLDOWN = 0.5  #: the breaker's probe interval, seconds
+
+
+@pytest.fixture
+def server():
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def limiter_on(server: RedisServer) -> Limiter:
+    return Limiter(
+        connect(server.url, timeout=TIMEOUT),
+        RULES,
+        breaker=CircuitBreaker(threshold=5, cooldown=COOLDOWN),
+    )
+
+
+def test_redis_paused__under_load__fails_over_per_route_without_pile_up_then_recovers(
+    server,
+):
+    # Given 4 threads deciding through one limiter (20 ms timeout) on a healthy Redis
+    limiter = limiter_on(server)
+    baseline_threads = threading.active_count()
+    traffic = Traffic(limiter).start()
+    time.sleep(0.5)
+    # When Redis stops answering writes (EVALSHA) for 3 s, under load
+    admin = redis.Redis.from_url(server.url)
+    paused = time.monotonic()
+    admin.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+    time.sleep(3.0)
+    back = time.monotonic()
+    admin.execute_command("CLIENT", "UNPAUSE")
+    time.sleep(2.0)
+    seen = traffic.stop()
+    during = between(seen, paused + 0.1, back - 0.1)
+    # Then during the pause every decision is degraded, by its route's mode
+    assert during
+    assert all(s.decision.degraded for s in during)
+    assert not wrong_modes(during)
+    assert {s.decision.route for s in during} == {
+        "search",
+        "orders.read",
+        "orders.create",
+    }
+    # and none waited for Redis: no pile-up of threads or of time
+    assert max(s.seconds for s in during) < 1.0  # the pause lasts 3 s
+    assert traffic.peak_threads <= baseline_threads + traffic.threads
+    assert (
+        limiter.bucket.client.connection_pool._created_connections
+        <= 2 * traffic.threads
+    )
+    # and once Redis answers again, decisions use it within a few cooldowns
+    recovery = first_healthy_after(seen, back)
+    assert recovery is not None
+    assert recovery < 5 * COOLDOWN + 1.0
+    print(
+        f"p99 during pause {sorted(s.seconds for s in during)[int(0.99 * len(during))] * 1000:.1f} ms, "
+        f"recovered {recovery:.2f} s after unpause, {len(during)} decisions during the pause"
+    )
+
+
+def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloaded(
+    server,
+):
+    # Given traffic through one limiter on a healthy Redis
+    limiter = limiter_on(server)
+    traffic = Traffic(limiter).start()
+    time.sleep(0.5)
+    # When Redis is killed (SIGKILL) under load, and started again empty 2 s later
+    killed = time.monotonic()
+    server.kill()
+    time.sleep(1.0)
+    state_while_down = limiter.breaker.state
+    time.sleep(1.0)
+    restarted = time.monotonic()
+    server.start()
+    time.sleep(2.5)
+    seen = traffic.stop()
+    down = between(seen, killed + 0.1, restarted)
+    # Then the breaker opened, each route failed over by its mode, nothing hung
+    assert state_while_down is not BreakerState.CLOSED
+    assert any(s.decision.error == "circuit open" for s in down)
+    assert all(s.decision.degraded for s in down)
+    assert not wrong_modes(down)
+    assert max(s.seconds for s in down) < 1.0
+    # and after the restart the script was loaded again (NOSCRIPT) and decisions use Redis
+    recovery = first_healthy_after(seen, restarted)
+    assert recovery is not None
+    assert recovery < 5 * COOLDOWN + 1.0
+    settled = between(seen, restarted + recovery + 0.5, float("inf"))
+    assert settled
+    assert not any(s.decision.degraded for s in settled)
+    sha = hashlib.sha1(SCRIPT).hexdigest()
+    assert redis.Redis.from_url(server.url).script_exists(sha) == [True]
