@@ -1,4 +1,4 @@
-"""A minimal asyncio HTTP/1.1 client for the polling bench, and gunicorn as a subprocess.
+"""A minimal asyncio HTTP/1.1 client for the polling bench.
 
 One connection per request, like ``urllib`` in ``SnapshotSource`` (and gunicorn's
 sync workers close the connection after each response anyway). Hand-written so
@@ -8,15 +8,8 @@ the load generator spends as little of the machine's two CPUs as possible.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import time
-import urllib.request
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from bench.common import PYTHON, ROOT
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,61 +58,3 @@ def _parse(raw: bytes, seconds: float) -> Reply:
         if name.lower() == "etag":
             etag = value.strip()
     return Reply(status, etag, len(body), seconds)
-
-
-@dataclass
-class Gunicorn:
-    """gunicorn serving the control plane (bench settings) on 127.0.0.1:``port``."""
-
-    env: dict[str, str]
-    port: int
-    workers: int = 4
-    worker_class: str = "sync"
-    cpus: str | None = None  #: taskset CPU list, e.g. "1"
-    log: Path = field(default_factory=lambda: Path("/tmp/sluice-bench-gunicorn.log"))
-    process: subprocess.Popen | None = None
-
-    def start(self) -> Gunicorn:
-        command = [PYTHON, "-m", "gunicorn", "controlplane.wsgi:application"]
-        command += ["--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers)]
-        command += ["--worker-class", self.worker_class, "--backlog", "2048"]
-        command += ["--log-level", "warning"]
-        if self.cpus is not None:
-            command = ["taskset", "-c", self.cpus, *command]
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                command,
-                env=self.env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.wait_ready()
-        return self
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{self.port}/bench/ping"
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"gunicorn did not start:\n{self.log.read_text()[-3000:]}"
-                    ) from None
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        """Stop the arbiter and its workers (its own process group only)."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-        self.process = None

@@ -25,7 +25,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from bench.common import machine_line, manage, median, percentile, spread, table
-from bench.http import Gunicorn, Reply, get
+from bench.http import Reply, get
+from tests.servers import ControlPlaneServer
 
 
 @dataclass
@@ -206,8 +207,12 @@ def main() -> None:
     options = parser.parse_args()
     env = bench_env(options.redis_url)
     token = prepare(env)
-    server = Gunicorn(
-        env, options.port, options.workers, cpus=options.server_cpus
+    server = ControlPlaneServer(
+        env,
+        options.port,
+        options.workers,
+        settings="bench.settings",
+        cpus=options.server_cpus,
     ).start()
     try:
         asyncio.run(run(options, token))

@@ -57,7 +57,13 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 DATABASE_URL = os.environ.get(
     "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice"
 )
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Persistent connections are checked before a request reuses them: after a Postgres
+# restart, each process would otherwise fail one request on its dead connection.
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=60, conn_health_checks=True
+    )
+}
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 INSTALLED_APPS = [

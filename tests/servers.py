@@ -6,15 +6,20 @@ them without touching the machine's shared Redis or each other.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -217,3 +222,69 @@ class RedisClusterServers:
         for node in self.nodes:
             node.cleanup()
         self.nodes.clear()
+
+
+@dataclass
+class ControlPlaneServer:
+    """gunicorn serving the control plane on 127.0.0.1, in its own process group.
+
+    ``env`` names the database and Redis (``DATABASE_URL``, ``REDIS_URL``);
+    ``settings`` the Django settings module.
+    """
+
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    workers: int = 1
+    settings: str = "controlplane.settings"
+    cpus: str | None = None  #: a ``taskset`` CPU list, e.g. "1"
+    log: Path = field(
+        default_factory=lambda: Path(tempfile.mkstemp(prefix="sluice-gunicorn-")[1])
+    )
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ControlPlaneServer:
+        command = [sys.executable, "-m", "gunicorn", "controlplane.wsgi:application"]
+        command += ["--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers)]
+        command += ["--log-level", "warning", "--backlog", "2048"]
+        if self.cpus is not None:
+            command = ["taskset", "-c", self.cpus, *command]
+        env = {**self.env, "DJANGO_SETTINGS_MODULE": self.settings}
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"gunicorn did not start:\n{self.log.read_text()[-3000:]}"
+                    ) from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop the arbiter and its workers (this server's process group only)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.process = None

@@ -77,7 +77,7 @@ def test_cluster_master_killed__replica_promoted__decisions_continue(cluster):
     assert settled
     assert not any(s.decision.degraded for s in settled)
     print(
-        f"promoted {promoted - killed:.2f} s after the kill; during it "
+        f"fault: cluster master killed: replica promoted {promoted - killed:.2f} s after the kill; during it "
         f"{sum(s.decision.degraded for s in outage)} of {len(outage)} degraded; "
         f"healthy again {recovery:.2f} s after; slowest decision {slowest * 1000:.0f} ms"
     )

@@ -81,9 +81,11 @@ def test_redis_paused__under_load__fails_over_per_route_without_pile_up_then_rec
     recovery = first_healthy_after(seen, back)
     assert recovery is not None
     assert recovery < 5 * COOLDOWN + 1.0
+    latencies = sorted(s.seconds for s in during)
     print(
-        f"p99 during pause {sorted(s.seconds for s in during)[int(0.99 * len(during))] * 1000:.1f} ms, "
-        f"recovered {recovery:.2f} s after unpause, {len(during)} decisions during the pause"
+        f"fault: Redis paused 3 s: p99 {latencies[int(0.99 * len(latencies))] * 1000:.1f} ms, "
+        f"max {latencies[-1] * 1000:.1f} ms (timeout {TIMEOUT * 1000:.0f} ms) over "
+        f"{len(during)} decisions; healthy again {recovery:.2f} s after the pause"
     )
 
 
@@ -118,5 +120,10 @@ def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloa
     settled = between(seen, restarted + recovery + 0.5, float("inf"))
     assert settled
     assert not any(s.decision.degraded for s in settled)
+    print(
+        f"fault: Redis killed: {sum(s.decision.error == 'circuit open' for s in down)} "
+        f"of {len(down)} decisions skipped Redis (breaker open); healthy again "
+        f"{recovery:.2f} s after the restart; slowest {max(s.seconds for s in down) * 1000:.0f} ms"
+    )
     sha = hashlib.sha1(SCRIPT).hexdigest()
     assert redis.Redis.from_url(server.url).script_exists(sha) == [True]
