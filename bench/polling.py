@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from bench.common import machine_line, manage, median, percentile, spread, table
-from bench.http import Reply, get
+from bench.httpclient import Reply, get
 from tests.servers import ControlPlaneServer
 
 

@@ -46,7 +46,7 @@ def parts(redis_url: str) -> list[Part]:
     return [
         Part(
             "Client decisions vs raw EVALSHA",
-            ("bench/decisions.py", "--ops", "2000", "--repeats", "3"),
+            ("-m", "bench.decisions", "--ops", "2000", "--repeats", "3"),
             ("--ops", "500"),
         ),
         Part(
@@ -191,7 +191,7 @@ def write_report(path: Path, sections, timings, setup: float, quick: bool) -> No
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(head) + "\n" + "\n\n".join(sections))
-    print(f"bench: report written to {path.relative_to(ROOT)} ({total / 60:.1f} min)")
+    print(f"bench: report written to {path} ({total / 60:.1f} min)")
     if not all(ok for _, _, ok in timings):
         sys.exit(1)
 

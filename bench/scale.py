@@ -42,7 +42,7 @@ from limits.enforcement.engine import Engine  # noqa: E402
 from limits.explain import explain  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
 from limits.publishing import snapshot_publish  # noqa: E402
-from limits.selectors import snapshot_get_active, snapshot_rules  # noqa: E402
+from limits.selectors import snapshot_rules  # noqa: E402
 from tests.enforcement.factories import limit, policy, rules, snapshot  # noqa: E402
 
 
@@ -193,6 +193,115 @@ def admin_pages(tenant: str) -> list[tuple[str, float, int]]:
     return rows
 
 
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f}"
+
+
+def section_publish() -> Any:
+    """A first publish, the stages of a publish, and a small edit published on top."""
+    actor = Actor.system()
+    first, first_s = timed(lambda: snapshot_publish(actor=actor, message="bench: 1"))
+    parent = snapshot_rules(first)
+    stages = publish_stages(parent)
+    edit = small_edit()
+    second, second_s = timed(lambda: snapshot_publish(actor=actor, message="bench: 2"))
+    rows = [(name, ms(s)) for name, s in stages]
+    rows.append(("**snapshot_publish, first version** (whole service)", ms(first_s)))
+    rows.append((f"**snapshot_publish, small edit** ({edit})", ms(second_s)))
+    print("### Publish\n")
+    print(table(["stage (the edit on top of version 1)", "ms"], rows))
+    memory = peak_mib(lambda: publish_stages(parent))
+    print(f"\nPeak Python memory of those stages (tracemalloc): {memory:,.0f} MiB")
+    print(
+        f"Stored diff: first version {len(str(first.diff)):,} characters; "
+        f"the edit {len(str(second.diff)):,}, counts {second.diff['counts']}\n"
+    )
+    return second
+
+
+def section_size(second: Any) -> Any:
+    bundle = snapshot_bundle_get()
+    rows = [
+        (
+            "version document",
+            f"{len(bytes(second.content)):,} B",
+            f"{len(bytes(second.content_gzip)):,} B",
+        ),
+        ("gateway bundle", f"{len(bundle.body):,} B", f"{len(bundle.body_gzip):,} B"),
+    ]
+    print("### Snapshot size\n")
+    print(table(["", "plain", "gzip"], rows))
+    return bundle
+
+
+def section_gateway(bundle: Any, repeats: int) -> Snapshot:
+    """Parse + verify the bundle, then build the engine, as a gateway does on a new version."""
+    loads = []
+    for _ in range(repeats):
+        parsed, parse_s = timed(lambda: parse_bundle_bytes(bundle.body))
+        _, engine_s = timed(lambda parsed=parsed: Engine(parsed.active))
+        loads.append((parse_s * 1000, engine_s * 1000))
+    memory = peak_mib(lambda: Engine(parse_bundle_bytes(bundle.body).active))
+    print("\n### Gateway: load and index the bundle\n")
+    print(
+        table(
+            ["step", "ms, median [min .. max]"],
+            [
+                (
+                    "parse + verify (JSON, hash, shape, validate_rules)",
+                    spread([p for p, _ in loads], 0),
+                ),
+                (
+                    "Engine (Resolver index + route table)",
+                    spread([e for _, e in loads], 0),
+                ),
+            ],
+        )
+    )
+    print(f"\nPeak Python memory while loading (tracemalloc): {memory:,.0f} MiB\n")
+    return parsed.active
+
+
+def section_resolution(big: Snapshot, ops: int, repeats: int) -> None:
+    print("### Resolution per decision: these rules vs a tiny rule set\n")
+    print(
+        f"The same {ops:,} requests (random tenant and route) per block, "
+        f"{repeats} A/B repeats, µs per request (resolve + keys).\n"
+    )
+    print(
+        table(
+            ["", "big rules µs", "tiny rules µs", "big / tiny"],
+            resolution_rows(big, ops, repeats),
+        )
+    )
+
+
+def section_reads() -> None:
+    """What operators do at this scale: explain, diffs, admin pages."""
+    reads = [
+        (
+            "explain (active version), first call",
+            lambda: explain(tenant="t000001", route="r001.read"),
+        ),
+        (
+            "explain (active version), next call",
+            lambda: explain(tenant="t000002", route="r002.read"),
+        ),
+        (
+            "explain (working copy)",
+            lambda: explain(tenant="t000003", route="r003.read", source="working"),
+        ),
+        ("snapshot_diff(1, 2)", lambda: snapshot_diff(old=1, new=2)),
+        ("snapshot_diff(active, working copy)", snapshot_diff),
+    ]
+    rows = [(name, ms(timed(call)[1]), "") for name, call in reads]
+    rows += [
+        (f"admin: {name}", ms(s), status) for name, s, status in admin_pages("t000001")
+    ]
+    print("\n### Control-plane reads at this scale\n")
+    print(table(["read", "ms", "HTTP"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tenants", type=int, default=100_000)
@@ -205,112 +314,11 @@ def main() -> None:
     print(f"## Scale of rules\n\n{machine_line()}\n")
     counts, seconds = timed(lambda: load_rules(shape))
     print(f"Working copy (bulk_create, {seconds:.1f} s): {counts}\n")
-    actor = Actor.system()
-    first, first_s = timed(
-        lambda: snapshot_publish(actor=actor, message="bench: first")
-    )
-    parent = snapshot_rules(first)
-    stages = publish_stages(parent)
-    edit = small_edit()
-    second, second_s = timed(
-        lambda: snapshot_publish(actor=actor, message="bench: edit")
-    )
-    rows = [(name, f"{s * 1000:,.0f}") for name, s in stages]
-    rows += [
-        (
-            "**snapshot_publish, first version** (all of it, in one transaction)",
-            f"{first_s * 1000:,.0f}",
-        ),
-        (f"**snapshot_publish, small edit** ({edit})", f"{second_s * 1000:,.0f}"),
-    ]
-    print("### Publish\n")
-    print(table(["stage (small edit on top of version 1)", "ms"], rows))
-    memory = peak_mib(lambda: publish_stages(parent))
-    print(
-        f"\nPeak Python memory of compile + build + bytes + digest + gzip + diff (tracemalloc): {memory:,.0f} MiB"
-    )
-    print(
-        f"Stored diff of the edit: {len(str(second.diff)):,} characters, counts {second.diff['counts']}\n"
-    )
-    bundle = snapshot_bundle_get()
-    print("### Snapshot size\n")
-    print(
-        table(
-            ["", "plain", "gzip"],
-            [
-                (
-                    "version document",
-                    f"{len(bytes(second.content)):,} B",
-                    f"{len(bytes(second.content_gzip)):,} B",
-                ),
-                (
-                    "gateway bundle",
-                    f"{len(bundle.body):,} B",
-                    f"{len(bundle.body_gzip):,} B",
-                ),
-            ],
-        )
-    )
-    print("\n### Gateway: load and index the bundle\n")
-    loads = []
-    for _ in range(options.repeats):
-        parsed, parse_s = timed(lambda: parse_bundle_bytes(bundle.body))
-        _, engine_s = timed(lambda parsed=parsed: Engine(parsed.active))
-        loads.append((parse_s, engine_s))
-    memory = peak_mib(lambda: Engine(parse_bundle_bytes(bundle.body).active))
-    print(
-        table(
-            ["step", "ms, median [min .. max]"],
-            [
-                (
-                    "parse + verify (JSON, hash, shape, validate_rules)",
-                    spread([p * 1000 for p, _ in loads], 0),
-                ),
-                (
-                    "Engine (Resolver index + route table)",
-                    spread([e * 1000 for _, e in loads], 0),
-                ),
-            ],
-        )
-    )
-    print(f"\nPeak Python memory while loading (tracemalloc): {memory:,.0f} MiB\n")
-    print("### Resolution per decision: 100k-tenant rules vs a tiny rule set\n")
-    print(
-        f"{options.ops:,} requests per block, {options.repeats} A/B repeats, µs per request.\n"
-    )
-    print(
-        table(
-            ["", "100k rules µs", "tiny rules µs", "100k / tiny"],
-            resolution_rows(parsed.active, options.ops, options.repeats),
-        )
-    )
-    print("\n### Control-plane reads at this scale\n")
-    reads = [
-        (
-            "explain (active version), first call",
-            timed(lambda: explain(tenant="t000001", route="r001.read"))[1],
-        ),
-        (
-            "explain (active version), next call",
-            timed(lambda: explain(tenant="t000002", route="r002.read"))[1],
-        ),
-        (
-            "explain (working copy)",
-            timed(
-                lambda: explain(tenant="t000003", route="r003.read", source="working")
-            )[1],
-        ),
-        ("snapshot_diff(1, 2)", timed(lambda: snapshot_diff(old=1, new=2))[1]),
-        ("snapshot_diff(active, working copy)", timed(lambda: snapshot_diff())[1]),
-    ]
-    rows = [(name, f"{s * 1000:,.0f}", "") for name, s in reads]
-    rows += [
-        (f"admin: {name}", f"{s * 1000:,.0f}", status)
-        for name, s, status in admin_pages("t000001")
-    ]
-    print(table(["read", "ms", "HTTP"], rows))
-    active = snapshot_get_active(light=True)
-    print(f"\nActive version after the bench: {active.version if active else None}")
+    second = section_publish()
+    bundle = section_size(second)
+    big = section_gateway(bundle, options.repeats)
+    section_resolution(big, options.ops, options.repeats)
+    section_reads()
 
 
 if __name__ == "__main__":
