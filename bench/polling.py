@@ -24,7 +24,17 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from bench.common import machine_line, manage, median, percentile, spread, table
+from bench.common import (
+    PYTHON,
+    ROOT,
+    bench_env,
+    machine_line,
+    manage,
+    median,
+    percentile,
+    spread,
+    table,
+)
 from bench.httpclient import Reply, get
 from tests.servers import ControlPlaneServer
 
@@ -120,31 +130,44 @@ def saturation_rows(results: dict[str, list[Block]], reference: str) -> list[lis
     return rows
 
 
-async def fleet(
-    port, token, etag_hint, gateways, interval, seconds, connections
-) -> Block:
-    """``gateways`` polling every ``interval`` ± 20 % for ``seconds``, ``connections`` at most in flight."""
+async def fleet(port, token, etag, gateways, interval, seconds, connections) -> Block:
+    """``gateways`` that run the bundle ``etag`` polling every ``interval`` ± 20 % for
+    ``seconds``, at most ``connections`` requests in flight."""
     limit = asyncio.Semaphore(connections)
     replies: list[Reply] = []
     rng = random.Random(11)
     deadline = time.perf_counter() + seconds
 
-    async def gateway(index: int) -> None:
-        etag = None
+    async def gateway(index: int, etag: str) -> None:
         await asyncio.sleep(rng.uniform(0, interval))  # gateways start spread out
         while time.perf_counter() < deadline:
+            headers = poll_headers(token, f"gw-{index}", etag)
             async with limit:
-                reply = await get(
-                    port, "/api/v1/snapshot", poll_headers(token, f"gw-{index}", etag)
-                )
+                reply = await get(port, "/api/v1/snapshot", headers)
             replies.append(reply)
             if reply.status == 200:
                 etag = reply.etag
             await asyncio.sleep(interval * rng.uniform(0.8, 1.2))
 
     began = time.perf_counter()
-    await asyncio.gather(*(gateway(i) for i in range(gateways)))
+    await asyncio.gather(*(gateway(i, etag) for i in range(gateways)))
     return Block(replies, time.perf_counter() - began)
+
+
+async def publish_later(env: dict[str, str], delay: float) -> float:
+    """After ``delay`` s, publish a new version (``bench_publish``); return how long it took."""
+    await asyncio.sleep(delay)
+    began = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        PYTHON,
+        str(ROOT / "manage.py"),
+        "bench_publish",
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    await process.wait()
+    return time.perf_counter() - began
 
 
 def fleet_report(block: Block, gateways: int, interval: float) -> str:
@@ -184,8 +207,6 @@ def prepare(env: dict[str, str]) -> str:
 
 
 def main() -> None:
-    from bench.common import bench_env
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--redis-url", required=True, help="the private Redis of the bench"
@@ -202,7 +223,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gateways", type=int, default=1000)
     parser.add_argument("--interval", type=float, default=2.0)
-    parser.add_argument("--fleet-seconds", type=float, default=20.0)
+    parser.add_argument("--fleet-seconds", type=float, default=30.0)
     parser.add_argument("--connections", type=int, default=64)
     options = parser.parse_args()
     env = bench_env(options.redis_url)
@@ -215,12 +236,12 @@ def main() -> None:
         cpus=options.server_cpus,
     ).start()
     try:
-        asyncio.run(run(options, token))
+        asyncio.run(run(options, token, env))
     finally:
         server.stop()
 
 
-async def run(options, token: str) -> None:
+async def run(options, token: str, env: dict[str, str]) -> None:
     port = options.port
     first = await get(port, "/api/v1/snapshot", poll_headers(token, "bench-probe"))
     if first.status != 200:
@@ -261,6 +282,7 @@ async def run(options, token: str) -> None:
             saturation_rows(results, "trivial view"),
         )
     )
+    publish = asyncio.create_task(publish_later(env, 3.0))
     block = await fleet(
         port,
         token,
@@ -272,6 +294,10 @@ async def run(options, token: str) -> None:
     )
     print("\n### A fleet\n")
     print(fleet_report(block, options.gateways, options.interval))
+    print(
+        f"\nA new version was published {options.fleet_seconds / 3:.0f} s into the run "
+        f"(the publish took {await publish:.1f} s): every gateway downloads it once (the 200s)."
+    )
 
 
 if __name__ == "__main__":

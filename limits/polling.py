@@ -9,8 +9,8 @@ known. Two paths:
   gateway's report in the fleet hash, counts the poll and returns the bundle's
   ETag. A token missing from the cache (first use, or after five minutes) is
   checked in Postgres.
-* **fast** (a vouched token holding the current ETag: the 304s that make up
-  nearly all polls): answered from what this process heard from Redis
+* **fast** (a vouched token holding the current ETag, the 304s that make up
+  nearly all polls, or holding none): answered from what this process heard from Redis
   less than ``SLUICE_POLL_WINDOW_MS`` ago (default 1 s). The report is kept in
   memory and written with the others of the window in one pipeline, which also
   checks that every token used in the window is still valid and reads the ETag
@@ -102,16 +102,18 @@ def gateway_poll(
 ) -> PollOutcome:
     """Authenticate a poll with gateway token ``secret`` and record ``report``.
 
-    ``held``: the ETags the gateway sent in ``If-None-Match``. Only a poll that
-    holds the ETag of the window is answered from memory (it gets a 304); any
-    other goes to Redis, so a gateway is never handed an older bundle than the
-    one it has. ``report.token`` is filled in here: the prefix of the secret.
+    ``held``: the ETags the gateway sent in ``If-None-Match``. A poll that holds
+    the window's ETag (a 304), or none at all (a gateway starting: any bundle
+    is newer than nothing), is answered from memory; any other goes to Redis,
+    so a gateway is never handed an older bundle than the one it has.
+    ``report.token`` is filled in here: the prefix of the secret.
     """
     report = report.with_token(secret[: len(GatewayToken.PREFIX) + 8])
     key = GATEWAY_TOKEN_KEY.format(hash_secret(secret))
     window = _current()
     with window.lock:
-        if _open(window) and key in window.tokens and window.etag in held:
+        fresh = not held or window.etag in held
+        if fresh and _open(window) and key in window.tokens and window.etag:
             window.reports[report.gateway] = report_json(report)
             window.polls += 1
             return PollOutcome(True, window.etag)

@@ -92,3 +92,17 @@ def test_poll__window_zero__every_poll_asks_redis(
     for _ in range(3):
         _poll(client, secret, HTTP_IF_NONE_MATCH=etag)
     assert int(redis_client.get(POLLS_KEY)) == 4
+
+
+def test_poll__no_etag_within_window__bundle_from_memory_without_redis(
+    client, published, secret, redis_client
+):
+    # Given a process that has served the bundle once
+    first = _poll(client, secret)
+    before = _redis_calls(redis_client)
+    # When another gateway starts (no ETag) within the window
+    response = _poll(client, secret, "gw-new")
+    # Then it gets the same bundle, and Redis was not asked (INFO counts one)
+    assert response.status_code == 200
+    assert response.content == first.content
+    assert _redis_calls(redis_client) - before == 1
