@@ -152,6 +152,7 @@ def run_block(url, cluster, variant, options) -> dict[str, float]:
 
 def measure(url: str, cluster: bool, options) -> list[list[str]]:
     """A/B interleaved blocks of raw evalsha and Limiter.decide."""
+    run_block(url, cluster, VARIANTS[1], options)  # warm-up: connections, slot maps
     results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     for repeat in range(options.repeats):
         order = VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]
