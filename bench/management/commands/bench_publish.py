@@ -10,13 +10,14 @@ from limits.publishing import snapshot_publish
 
 
 class Command(BaseCommand):
-    help = "Raise or lower the default policy's limit by one and publish (bench only)."
+    help = "Raise the default policy's rate by one and publish (bench only)."
 
     def handle(self, *args, **options):
         limit = Limit.objects.filter(
             policy__scope=ScopeKind.DEFAULT, policy__route=None
         ).first()
-        limit.rate = limit.rate + 1 if limit.rate % 2 else limit.rate - 1
-        limit.save(update_fields=["rate"])
+        limit.rate += 1  # always a new value, even after a publish that failed
+        limit.burst = max(limit.burst, limit.rate)
+        limit.save(update_fields=["rate", "burst"])
         row = snapshot_publish(actor=Actor.system("bench"), message="bench: fleet")
         self.stdout.write(str(row.version))
