@@ -174,6 +174,11 @@ def main() -> None:
     print(
         f"## Postgres restarted during a publish (private cluster)\n\n{machine_line()}\n"
     )
+    if os.geteuid() != 0 or not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        print(
+            "Skipped: needs root (to run initdb as postgres) and PostgreSQL binaries."
+        )
+        return
     cluster, redis = Cluster(options.port).start(), RedisServer().start()
     try:
         env = {
