@@ -25,10 +25,12 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 def cluster():
     """3 masters with one replica each; a silent master is failed after 1 s."""
-    servers = RedisClusterServers(replicas=1, node_timeout=1000).start()
-    servers.wait_replicas()
-    yield servers
-    servers.cleanup()
+    servers = RedisClusterServers(replicas=1, node_timeout=1000)
+    try:
+        servers.start().wait_replicas()
+        yield servers
+    finally:
+        servers.cleanup()
 
 
 def wait_promoted(
