@@ -77,7 +77,8 @@ class _Window:
     opened: float = float("-inf")  #: monotonic time of the last round trip
     etag: str | None = None
     tokens: set[str] = field(default_factory=set)  #: cache keys of vouched tokens
-    reports: dict[str, str] = field(default_factory=dict)  #: gateway -> report JSON
+    #: gateway -> its latest report (serialized at the flush, once per gateway)
+    reports: dict[str, GatewayReport] = field(default_factory=dict)
     polls: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -114,7 +115,7 @@ def gateway_poll(
     with window.lock:
         fresh = not held or window.etag in held
         if fresh and _open(window) and key in window.tokens and window.etag:
-            window.reports[report.gateway] = report_json(report)
+            window.reports[report.gateway] = report
             window.polls += 1
             return PollOutcome(True, window.etag)
     outcome = _poll_redis(key, secret, report)
@@ -152,7 +153,7 @@ def poll_window_flush(*, etag: str | None = None) -> None:
         window.reports, window.polls = {}, 0
     pipe = redis_client().pipeline(transaction=False)
     if reports:
-        pipe.hset(FLEET_KEY, mapping=reports)
+        pipe.hset(FLEET_KEY, mapping={g: report_json(r) for g, r in reports.items()})
     if polls:
         pipe.incrby(POLLS_KEY, polls)
     pipe.hget(BUNDLE_KEY, "etag")

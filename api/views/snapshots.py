@@ -157,7 +157,7 @@ class SnapshotBundleView(APIView):
 
     def _plain(self, request) -> HttpResponse | None:
         secret = bearer_secret(request, GatewayToken.PREFIX)
-        if request.GET or secret is None:
+        if request.META.get("QUERY_STRING") or secret is None:
             return None
         try:
             report = gateway_report(request)
