@@ -78,7 +78,8 @@ class Traffic:
 
 
 def between(seen: list[Seen], start: float, end: float) -> list[Seen]:
-    return [s for s in seen if start <= s.at < end]
+    """Decisions asked at ``start`` or later that had their answer before ``end``."""
+    return [s for s in seen if start <= s.at and s.at + s.seconds < end]
 
 
 def first_healthy_after(seen: list[Seen], moment: float) -> float | None:
