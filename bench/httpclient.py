@@ -11,6 +11,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from bench.common import percentile
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -58,3 +60,35 @@ def _parse(raw: bytes, seconds: float) -> Reply:
         if name.lower() == "etag":
             etag = value.strip()
     return Reply(status, etag, len(body), seconds)
+
+
+@dataclass
+class Block:
+    """The replies of one block and how long it took."""
+
+    replies: list[Reply]
+    seconds: float
+
+    @property
+    def per_s(self) -> float:
+        return len(self.replies) / self.seconds
+
+    def latency_ms(self, q: float) -> float:
+        ordered = sorted(r.seconds for r in self.replies)
+        return percentile(ordered, q) * 1000
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for r in self.replies if r.status not in (200, 304))
+
+
+def poll_headers(token: str, gateway: str, etag: str | None = None) -> dict[str, str]:
+    """What ``SnapshotSource`` sends (docs/gateway-protocol.md)."""
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept-Encoding": "gzip",
+        "Sluice-Gateway-Id": gateway,
+    }
+    if etag is not None:
+        headers |= {"If-None-Match": etag, "Sluice-Applied-Version": "1"}
+    return headers

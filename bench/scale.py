@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
-import random
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from bench.common import machine_line, spread, table  # noqa: E402
+from bench.resolution import resolution_rows  # noqa: E402
 from bench.rules_data import RuleSet, load_rules  # noqa: E402
 from limits.audit import Actor  # noqa: E402
 from limits.bundle import snapshot_bundle_get  # noqa: E402
@@ -43,7 +43,6 @@ from limits.explain import explain  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
 from limits.publishing import snapshot_publish  # noqa: E402
 from limits.selectors import snapshot_rules  # noqa: E402
-from tests.enforcement.factories import limit, policy, rules, snapshot  # noqa: E402
 
 
 def timed(call: Callable[[], Any]) -> tuple[Any, float]:
@@ -101,68 +100,6 @@ def small_edit() -> str:
         expires_at=timezone.now() + timedelta(days=30)
     )
     return "pro r001.read rate lowered, 10 tenants added, 50 overrides renewed"
-
-
-def tiny_snapshot(routes: dict) -> Snapshot:
-    """Three policies and two tenants on the same routes: the big rules' requests
-    resolve here too (unknown tenants get the default policy)."""
-    return snapshot(
-        rules(
-            policy("tier:pro", "r001.read", limit("tenant", 50, 1, 100)),
-            policy("tenant:acme", "r001.read", limit("tenant", 500, 1, 1000)),
-            routes=routes,
-        )
-    )
-
-
-def resolution_us(
-    engine: Engine, requests: list[tuple[str, str]], *, cold: bool
-) -> float:
-    """µs per ``Engine.prepare`` (resolve + keys); ``cold`` empties the resolution cache first."""
-    now = time.time()
-    began = time.perf_counter()
-    for tenant, route in requests:
-        if cold:
-            engine._cache.clear()
-        engine.prepare(
-            route=route,
-            method=None,
-            path=None,
-            tenant=tenant,
-            user="u1",
-            api_key=None,
-            ip="10.0.0.1",
-            now=now,
-        )
-    return (time.perf_counter() - began) / len(requests) * 1e6
-
-
-def resolution_rows(big: Snapshot, ops: int, repeats: int) -> list[list[str]]:
-    """Big vs tiny rule set, A/B interleaved, cold (resolver) and warm (cache)."""
-    rng = random.Random(7)
-    tenants, routes = list(big.rules.tenants), list(big.rules.routes)
-    big_requests = [(rng.choice(tenants), rng.choice(routes)) for _ in range(ops)]
-    engines = {"100k": Engine(big), "tiny": Engine(tiny_snapshot(big.rules.routes))}
-    work = {"100k": big_requests, "tiny": big_requests}  # the same requests for both
-    rows = []
-    for cold in (True, False):
-        results: dict[str, list[float]] = {"100k": [], "tiny": []}
-        for repeat in range(repeats):
-            order = ["100k", "tiny"] if repeat % 2 == 0 else ["tiny", "100k"]
-            for name in order:
-                results[name].append(
-                    resolution_us(engines[name], work[name], cold=cold)
-                )
-        ratios = [b / t for b, t in zip(results["100k"], results["tiny"], strict=True)]
-        rows.append(
-            [
-                "resolver (cache emptied)" if cold else "cached resolution",
-                spread(results["100k"], 2),
-                spread(results["tiny"], 2),
-                spread(ratios, 2),
-            ]
-        )
-    return rows
 
 
 def admin_pages(tenant: str) -> list[tuple[str, float, int]]:
