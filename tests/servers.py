@@ -288,3 +288,4 @@ class ControlPlaneServer:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)
         self.process = None
+        self.log.unlink(missing_ok=True)
