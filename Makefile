@@ -54,9 +54,11 @@ GATEWAY_URL ?= http://127.0.0.1:8080
 traffic: install
 	$(PY) manage.py generate_traffic --gateway $(GATEWAY_URL)
 
-# Decisions per second and latency of the client next to a raw EVALSHA (starts its own redis-server).
+# Every benchmark and fault scenario (docs/benchmarks.md), within 15 minutes on 2 cores:
+# private redis-servers, gunicorn and a *_bench database; the report is var/bench/report.md.
+# BENCH_ARGS="--quick" for a smoke run, "--only polling" for one part.
 bench: install
-	$(PY) bench/decisions.py
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -73,7 +73,13 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 DATABASE_URL = os.environ.get(
     "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice"
 )
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Persistent connections are checked before a request reuses them: after a Postgres
+# restart, each process would otherwise fail one request on its dead connection.
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=60, conn_health_checks=True
+    )
+}
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 INSTALLED_APPS = [
@@ -191,6 +197,9 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sluice@localhost")
 SLUICE_FLEET_SILENT_AFTER = env_int("SLUICE_FLEET_SILENT_AFTER", 60)
 #: A gateway behind the active version for longer than this many seconds is stale.
 SLUICE_FLEET_STALE_AFTER = env_int("SLUICE_FLEET_STALE_AFTER", 60)
+#: How long a web process answers gateway polls from what it last heard from Redis
+#: (ETag, token validity), buffering fleet reports meanwhile; 0: every poll asks Redis.
+SLUICE_POLL_WINDOW_MS = env_int("SLUICE_POLL_WINDOW_MS", 1000)
 #: Seconds between two runs of the beat task that activates scheduled snapshots.
 SLUICE_ACTIVATION_INTERVAL = env_int("SLUICE_ACTIVATION_INTERVAL", 5)
 

@@ -138,6 +138,9 @@ def snapshot_bundle_refresh(*, force: bool = False) -> Bundle | None:
     for name, value in bundle.fields().items():
         args += [name, value]
     _client().eval(_WRITE_IF_NEWER, 1, BUNDLE_KEY, *args)
+    from limits.polling import poll_window_reset  # polling imports this module
+
+    poll_window_reset()  # this process's gateways see the new ETag at once
     return bundle
 
 

@@ -136,13 +136,25 @@ def _same(a: Policy | None, b: Policy | None) -> bool:
 
 
 def _summarise(changes: list[Change], reach: Reach) -> RulesDiff:
+    """Union of what the changes reach. Tiers reached whole are expanded once, not
+    once per change (a first publish has 120,000 changes; 100,000 tenants)."""
     tiers: set[str] = set()
     tenants: set[str] = set()
+    whole: set[str] = set()  #: tiers some change reaches without exceptions
+    partial = []
     for change in changes:
         affected = change.affected
         tiers.update(affected.tiers)
         tenants.update(affected.tenants)
-        tenants.update(reach.tenants_of(affected.tiers) - set(affected.except_tenants))
+        if affected.except_tenants:
+            partial.append(affected)
+        else:
+            whole.update(affected.tiers)
+    tenants |= reach.tenants_of(whole)
+    for affected in partial:
+        rest = [tier for tier in affected.tiers if tier not in whole]
+        if rest:
+            tenants |= reach.tenants_of(rest).difference(affected.except_tenants)
     return RulesDiff(
         changes=tuple(changes),
         affected_tiers=tuple(sorted(tiers)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -58,9 +59,10 @@ def effective_limits(
     if nothing is published yet)."""
     if source == ExplainSource.WORKING_COPY:
         rules = rules_compile(tenant=tenant)
+        resolver = Resolver(rules)
     else:
-        rules = _rules(ExplainSource(source), tenant.slug)[0]
-    resolver = Resolver(rules)
+        engine = _engine(ExplainSource(source), tenant.slug)
+        rules, resolver = engine.snapshot.rules, engine.resolver
     now = time.time() if now is None else now
     rows = [
         EffectiveLimit(slug, resolver.resolve(tenant=tenant.slug, route=slug, now=now))
@@ -126,10 +128,9 @@ def explain(
     """
     if route and (method or path):
         raise ValidationError("Give a route, or a method and a path, not both.")
-    rules, version = _rules(source, tenant)
+    engine = _engine(source, tenant)
+    rules, version = engine.snapshot.rules, engine.snapshot.version or None
     now = time.time() if now is None else now
-    # The engine gateways run: its resolver, its route matching, its key builder.
-    engine = Engine(_unhashed_snapshot(rules, version))
     if method or path:
         matched = engine.resolver.match_route((method or "GET").upper(), path or "/")
         route = matched.slug if matched else None
@@ -178,13 +179,28 @@ def _unhashed_snapshot(rules: Rules, version: int | None) -> Snapshot:
     return Snapshot(version or 0, None, epoch, epoch, rules, hash="")
 
 
-def _rules(source: ExplainSource, tenant: str | None) -> tuple[Rules, int | None]:
+#: Resolvers of published versions, by document hash: building one indexes every
+#: policy (~90 ms with 20,000 policies), and a version never changes. Each
+#: explain gets a fresh engine around it, so no resolution is cached across
+#: calls that ask about different moments.
+_RESOLVERS: OrderedDict[str, Resolver] = OrderedDict()
+_RESOLVERS_MAX = 4
+
+
+def _engine(source: ExplainSource, tenant: str | None) -> Engine:
+    """The engine gateways run (resolver, route matching, key builder) for ``source``."""
     if source == ExplainSource.WORKING_COPY:
         row = Tenant.objects.filter(slug=tenant).first() if tenant else None
-        return rules_compile(tenant=row), None
+        return Engine(_unhashed_snapshot(rules_compile(tenant=row), None))
     active = snapshot_get_active(light=True)
     if active is None:
         raise ValidationError(
             "Nothing has been published yet: explain the working copy."
         )
-    return snapshot_document(active).rules, active.version
+    document = snapshot_document(active)
+    resolver = _RESOLVERS.get(active.hash)
+    if resolver is None:
+        resolver = _RESOLVERS[active.hash] = Resolver(document.rules)
+        while len(_RESOLVERS) > _RESOLVERS_MAX:
+            _RESOLVERS.popitem(last=False)
+    return Engine(document, resolver=resolver)

@@ -99,6 +99,9 @@ def report_json(report: GatewayReport) -> str:
 
 def fleet_reports() -> list[GatewayReport]:
     """Every gateway's latest report; forgets the ones gone for a week."""
+    from limits.polling import poll_window_flush  # polling imports this module
+
+    poll_window_flush()  # this process's buffered reports first
     raw = redis_client().hgetall(FLEET_KEY)
     reports = [GatewayReport(**json.loads(value)) for value in raw.values()]
     forgotten = [

@@ -240,6 +240,7 @@ class Reach:
         self.old, self.new = _Side.of(old), _Side.of(new)
         self.all_tiers = tuple(sorted(old.tiers.keys() | new.tiers.keys()))
         self._moves: dict[tuple[str, str], ChangeKind] = {}
+        self._members: dict[str, set[str]] = {}
 
     def everyone(self) -> Affected:
         return Affected(tiers=self.all_tiers, anonymous=True)
@@ -289,12 +290,16 @@ class Reach:
         )
 
     def _shadowed(self, tiers: tuple[str, ...], route: str) -> tuple[str, ...]:
-        members = set().union(
-            *(self.old.by_tier[t] | self.new.by_tier[t] for t in tiers)
-        )
+        members = self.tenants_of(tiers)
         kept = self.old.shadowed(route) & self.new.shadowed(route) & members
         return tuple(sorted(kept))
 
     def tenants_of(self, tiers: Iterable[str]) -> set[str]:
-        """Every tenant on ``tiers`` before or after."""
-        return set().union(*(self.old.by_tier[t] | self.new.by_tier[t] for t in tiers))
+        """Every tenant on ``tiers`` before or after (a new set; each tier's members
+        are computed once per diff)."""
+        members = set()
+        for tier in tiers:
+            if tier not in self._members:
+                self._members[tier] = self.old.by_tier[tier] | self.new.by_tier[tier]
+            members |= self._members[tier]
+        return members

@@ -53,7 +53,7 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
     token.save(update_fields=["revoked_at"])
     if isinstance(token, GatewayToken):
         key = GATEWAY_TOKEN_KEY.format(token.key_hash)
-        transaction.on_commit(lambda: redis_client().delete(key))
+        transaction.on_commit(lambda: _forget_gateway_token(key))
     audit_record(
         actor=actor,
         action=AuditAction.TOKEN_REVOKE,
@@ -61,6 +61,14 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
         before={"name": token.name, "prefix": token.prefix, **_owner(token)},
         reason=reason,
     )
+
+
+def _forget_gateway_token(key: str) -> None:
+    """Drop a revoked token from Redis and from this process's poll window."""
+    from limits.polling import poll_window_reset  # polling imports this module
+
+    redis_client().delete(key)
+    poll_window_reset()
 
 
 def _owner(token: Token) -> dict[str, str]:

@@ -6,15 +6,20 @@ them without touching the machine's shared Redis or each other.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -89,6 +94,13 @@ class RedisServer:
         self.stop()
         self.start()
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would: no shutdown, nothing saved."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -110,9 +122,16 @@ def free_cluster_port() -> int:
 
 @dataclass
 class RedisClusterServers:
-    """A real Redis Cluster of ``masters`` redis-server processes on 127.0.0.1, no replicas."""
+    """A real Redis Cluster of ``masters`` redis-server processes on 127.0.0.1.
+
+    ``replicas`` per master (0 by default); ``node_timeout`` (ms) is how long a
+    silent master takes to be declared failed before its replica takes over.
+    """
 
     masters: int = 3
+    replicas: int = 0
+    node_timeout: int = 5000
+    extra: tuple[str, ...] = ()
     nodes: list[RedisServer] = field(default_factory=list)
 
     @property
@@ -120,7 +139,7 @@ class RedisClusterServers:
         return self.nodes[0].url
 
     def start(self) -> RedisClusterServers:
-        for _ in range(self.masters):
+        for _ in range(self.masters * (1 + self.replicas)):
             node = RedisServer(
                 port=free_cluster_port(),
                 extra=(
@@ -129,7 +148,8 @@ class RedisClusterServers:
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
-                    "5000",
+                    str(self.node_timeout),
+                    *self.extra,
                 ),
             )
             self.nodes.append(node.start())
@@ -141,7 +161,7 @@ class RedisClusterServers:
                 "create",
                 *addresses,
                 "--cluster-replicas",
-                "0",
+                str(self.replicas),
                 "--cluster-yes",
             ],
             check=True,
@@ -171,7 +191,101 @@ class RedisClusterServers:
             finally:
                 client.close()
 
+    def wait_replicas(self, timeout: float = 20.0) -> None:
+        """Wait until ``masters x replicas`` nodes are replicas linked to their master."""
+        deadline = time.monotonic() + timeout
+        while self._linked_replicas() < self.masters * self.replicas:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster's replicas never all linked up")
+            time.sleep(0.05)
+
+    def _linked_replicas(self) -> int:
+        linked = 0
+        for node in self.nodes:
+            client = redis.Redis(port=node.port)
+            try:
+                info = client.info("replication")
+            finally:
+                client.close()
+            linked += info.get("master_link_status") == "up"
+        return linked
+
+    def role(self, node: RedisServer) -> str:
+        """``master`` or ``slave``, as the node itself says."""
+        client = redis.Redis(port=node.port)
+        try:
+            return client.info("replication")["role"]
+        finally:
+            client.close()
+
     def cleanup(self) -> None:
         for node in self.nodes:
             node.cleanup()
         self.nodes.clear()
+
+
+@dataclass
+class ControlPlaneServer:
+    """gunicorn serving the control plane on 127.0.0.1, in its own process group.
+
+    ``env`` names the database and Redis (``DATABASE_URL``, ``REDIS_URL``);
+    ``settings`` the Django settings module.
+    """
+
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    workers: int = 1
+    settings: str = "controlplane.settings"
+    cpus: str | None = None  #: a ``taskset`` CPU list, e.g. "1"
+    log: Path = field(
+        default_factory=lambda: Path(tempfile.mkstemp(prefix="sluice-gunicorn-")[1])
+    )
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ControlPlaneServer:
+        command = [sys.executable, "-m", "gunicorn", "controlplane.wsgi:application"]
+        command += ["--bind", f"127.0.0.1:{self.port}", "--workers", str(self.workers)]
+        command += ["--log-level", "warning", "--backlog", "2048"]
+        if self.cpus is not None:
+            command = ["taskset", "-c", self.cpus, *command]
+        env = {**self.env, "DJANGO_SETTINGS_MODULE": self.settings}
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"gunicorn did not start:\n{self.log.read_text()[-3000:]}"
+                    ) from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop the arbiter and its workers (this server's process group only)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.process = None
+        self.log.unlink(missing_ok=True)

@@ -83,10 +83,7 @@ def parse_rules(data: Any, path: str = "rules") -> Rules:
         )
         for slug, value in _mapping(obj["tiers"], f"{path}.tiers").items()
     }
-    tenants = {
-        slug: _string(tier, f"{path}.tenants.{slug}")
-        for slug, tier in _mapping(obj["tenants"], f"{path}.tenants").items()
-    }
+    tenants = _tenants(_mapping(obj["tenants"], f"{path}.tenants"), path)
     routes = {
         slug: _route(slug, value, f"{path}.routes.{slug}")
         for slug, value in _mapping(obj["routes"], f"{path}.routes").items()
@@ -100,6 +97,15 @@ def parse_rules(data: Any, path: str = "rules") -> Rules:
     if problems:
         raise SnapshotError(f"{path}.{problems[0].path}", problems[0].message)
     return rules
+
+
+def _tenants(data: dict[str, Any], path: str) -> dict[str, str]:
+    """Tenant -> tier; the path of a bad entry is built only when one is found
+    (a document may carry 100,000 tenants)."""
+    for slug, tier in data.items():
+        if not isinstance(tier, str) or not tier:
+            _string(tier, f"{path}.tenants.{slug}")
+    return dict(data)
 
 
 def _route(slug: str, data: Any, path: str) -> Route:

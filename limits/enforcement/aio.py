@@ -12,7 +12,7 @@ from typing import Unpack
 import redis
 import redis.asyncio
 
-from .bucket import AsyncTokenBucket, connect_async
+from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
 from .decision import Decision
 from .engine import Engine, Prepared
@@ -68,7 +68,7 @@ class AsyncLimiter(LimiterCore):
             return await self._decide_hot(engine, prepared)
         try:
             reply = await self.bucket(prepared.keys, prepared.plan.args)
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc)
         if self.breaker.troubled:
             self.store_answered()

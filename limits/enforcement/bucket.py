@@ -23,6 +23,7 @@ from .snapshot import Limit
 
 __all__ = [
     "SCRIPT",
+    "STORE_ERRORS",
     "AsyncTokenBucket",
     "Geometry",
     "TokenBucket",
@@ -38,6 +39,13 @@ SCRIPT = (
 )
 
 _MICROS = 1_000_000
+
+#: What a failed store call raises. A cluster client that cannot reach any node
+#: to refresh its slot map raises RedisClusterException, which is not a RedisError.
+STORE_ERRORS: tuple[type[Exception], ...] = (
+    redis.RedisError,
+    redis.exceptions.RedisClusterException,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,11 +54,16 @@ class Engine:
     """Everything a limiter needs from one snapshot, built once when the snapshot loads."""
 
     def __init__(
-        self, snapshot: Snapshot, *, unmatched: FailureMode = FailureMode.LOCAL
+        self,
+        snapshot: Snapshot,
+        *,
+        unmatched: FailureMode = FailureMode.LOCAL,
+        resolver: Resolver | None = None,
     ) -> None:
+        """``resolver``: one already built for ``snapshot.rules``, to share its index."""
         self.snapshot = snapshot
         self.version = snapshot.version
-        self.resolver = Resolver(snapshot.rules)
+        self.resolver = resolver or Resolver(snapshot.rules)
         self.unmatched = unmatched  #: failure mode of requests that match no route
         self._plans: dict[tuple[int, int, int], PolicyPlan] = {}
         self._cache: dict[tuple[str | None, str | None], _Entry] = {}

@@ -19,7 +19,7 @@ from typing import TypedDict, Unpack
 
 import redis
 
-from .bucket import TokenBucket, connect
+from .bucket import STORE_ERRORS, TokenBucket, connect
 from .bundle import Bundle, SnapshotProvider, StaticSource
 from .concurrency import LocalSlots, RequestIds
 from .decision import Decision
@@ -248,7 +248,7 @@ class Limiter(LimiterCore):
             return self._decide_hot(engine, prepared)
         try:
             reply = self.bucket(prepared.keys, prepared.plan.args)
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc)
         if self.breaker.troubled:
             self.store_answered()

@@ -170,6 +170,10 @@ class Rules:
     tenants: Mapping[str, str]  #: tenant slug -> tier slug
     routes: Mapping[str, Route]  #: route slug -> route
     policies: tuple[Policy, ...]
+    #: canonical bytes, computed once (a rule set is immutable; 6 MB with 100k tenants)
+    _canonical: bytes | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def to_json(self) -> dict[str, Any]:
         policies = sorted(self.policies, key=lambda p: p.key)
@@ -181,7 +185,10 @@ class Rules:
         }
 
     def canonical_bytes(self) -> bytes:
-        return canonical_json(self.to_json())
+        """``canonical_json(self.to_json())``, serialized on the first call only."""
+        if self._canonical is None:
+            object.__setattr__(self, "_canonical", canonical_json(self.to_json()))
+        return self._canonical  # type: ignore[return-value]
 
     def digest(self) -> str:
         """SHA-256 of the canonical rules: equal for equal rules, whatever their version."""
@@ -219,8 +226,8 @@ class Snapshot:
         """Return a snapshot whose hash is computed from its canonical document."""
         published_at = _whole_seconds(published_at)
         effective_at = _whole_seconds(effective_at)
-        document = _document(version, parent, published_at, effective_at, rules)
-        digest = hashlib.sha256(canonical_json(document)).hexdigest()
+        document = _document_bytes(version, parent, published_at, effective_at, rules)
+        digest = hashlib.sha256(document).hexdigest()
         return cls(version, parent, published_at, effective_at, rules, digest)
 
     @property
@@ -237,7 +244,14 @@ class Snapshot:
 
     def to_bytes(self) -> bytes:
         """The canonical bytes that are served, stored and written to disk."""
-        return canonical_json(self.to_json())
+        return _document_bytes(
+            self.version,
+            self.parent,
+            self.published_at,
+            self.effective_at,
+            self.rules,
+            digest=self.hash,
+        )
 
     @classmethod
     def from_json(cls, data: Any) -> Snapshot:
@@ -270,6 +284,33 @@ def _document(
         "effective_at": _format_time(effective_at),
         "rules": rules.to_json(),
     }
+
+
+def _document_bytes(
+    version: int,
+    parent: int | None,
+    published_at: datetime,
+    effective_at: datetime,
+    rules: Rules,
+    *,
+    digest: str | None = None,
+) -> bytes:
+    """``canonical_json`` of the document (with ``hash`` when given), reusing the
+    rules' canonical bytes: with sorted keys and no whitespace the document is
+    its small head, ``"rules":`` and those bytes, then ``"version"``, which sorts last.
+    """
+    head: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "parent": parent,
+        "published_at": _format_time(published_at),
+        "effective_at": _format_time(effective_at),
+    }
+    if digest is not None:
+        head["hash"] = digest
+    tail = canonical_json({"version": version})[1:]  # b'"version":N}'
+    return b"".join(
+        [canonical_json(head)[:-1], b',"rules":', rules.canonical_bytes(), b",", tail]
+    )
 
 
 def _whole_seconds(moment: datetime) -> datetime:

@@ -231,9 +231,11 @@ def test_fleet__after_polls__each_gateway_with_its_version_and_state(
 
 
 def test_snapshot__polls__counted_by_result_on_the_metrics_endpoint(
-    client, published, gateway_secret
+    client, published, gateway_secret, settings
 ):
-    # Given a first poll (200), an up-to-date poll (304) and one with a wrong token (401)
+    # Given polls counted at once (no poll window), a first poll (200), an up-to-date
+    # poll (304) and one with a wrong token (401)
+    settings.SLUICE_POLL_WINDOW_MS = 0
     etag = _poll(client, gateway_secret)["ETag"]
     _poll(client, gateway_secret, HTTP_IF_NONE_MATCH=etag)
     _poll(client, "slg_wrong")

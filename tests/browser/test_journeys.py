@@ -86,8 +86,12 @@ def test_viewer__opens_a_policy__cannot_edit(page):
     save_screenshot(page, "viewer-cannot-edit")
 
 
-def test_fleet__demo_gateway_polls__shown_in_sync(page, live_server, tmp_path):
-    # Given the demo gateway polling the control plane with its token
+def test_fleet__demo_gateway_polls__shown_in_sync(
+    page, live_server, tmp_path, settings
+):
+    # Given the demo gateway polling the control plane with its token (reports written
+    # at once: no poll window, which would hold them up to a second)
+    settings.SLUICE_POLL_WINDOW_MS = 0
     secret = token_create(token=GatewayToken(name="demo-gateway"), actor=Actor.system())
     gateway = SnapshotSource(
         f"{live_server.url}/api/v1/snapshot",

@@ -26,9 +26,10 @@ def control_plane(live_server, rules, redis_client):
 
 
 def test_gateway__polls_and_enforces__shown_in_sync(
-    control_plane, tmp_path, redis_server, product_user
+    control_plane, tmp_path, redis_server, product_user, settings
 ):
-    # Given a gateway pointed at the control plane
+    # Given a gateway pointed at the control plane (reports written at once: no poll window)
+    settings.SLUICE_POLL_WINDOW_MS = 0
     url, secret = control_plane
     source = SnapshotSource(
         f"{url}/api/v1/snapshot",

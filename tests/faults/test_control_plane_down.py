@@ -1,0 +1,112 @@
+"""The control plane stops while gateways run; Postgres ends a web process's connections.
+
+The control plane is gunicorn in a subprocess on the test database, so it can
+be stopped like a real deployment.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+
+import psycopg
+import pytest
+from django.db import connection
+
+from limits.audit import Actor
+from limits.enforcement import Limiter, SnapshotSource
+from limits.models import GatewayToken
+from limits.publishing import snapshot_publish
+from limits.tokens import token_create
+from tests.celery_fixtures import database_url, wait_until
+from tests.servers import ControlPlaneServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def control_plane(rules, redis_server, redis_client):
+    """gunicorn on the test database with version 1 published; and a gateway token."""
+    snapshot_publish(actor=Actor.system(), message="v1")
+    secret = token_create(token=GatewayToken(name="gw"), actor=Actor.system())
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis_server.url,
+        "DEBUG": "0",
+        "SECRET_KEY": "tests-only",
+        "LOG_LEVEL": "WARNING",
+    }
+    server = ControlPlaneServer(env).start()
+    yield server, secret
+    server.stop()
+
+
+def search(limiter: Limiter):
+    return limiter.decide(method="GET", path="/v1/search", tenant="acme", ip="10.0.0.1")
+
+
+def test_control_plane_stopped__gateway_keeps_enforcing_and_restarts_from_its_file(
+    control_plane, redis_server, tmp_path
+):
+    # Given a gateway polling every 0.2 s that enforces version 1 (pro search: burst 100)
+    server, secret = control_plane
+    url, cache = f"{server.url}/api/v1/snapshot", tmp_path / "lkg.json"
+    source = SnapshotSource(
+        url, secret, gateway_id="gw-1", cache_path=cache, interval=0.2, timeout=0.5
+    ).start()
+    wait_until(lambda: source.current().version == 1, timeout=20, why="version 1")
+    limiter = Limiter(redis_server.url, source, timeout=1.0)
+    assert search(limiter).limit == 100
+    # When the control plane stops while the gateway runs
+    server.stop()
+    wait_until(lambda: source.failures >= 2, timeout=20, why="failed polls")
+    running = search(limiter)
+    source.stop()
+    # and the gateway restarts while the control plane is still down
+    restarted = SnapshotSource(url, secret, gateway_id="gw-1", cache_path=cache)
+    after_restart = search(Limiter(redis_server.url, restarted, timeout=1.0))
+    # Then both enforce version 1 from memory and from the file, not the fallback
+    for decision in (running, after_restart):
+        assert decision.snapshot_version == 1
+        assert decision.limit == 100
+        assert not decision.degraded
+    print(
+        f"fault: control plane stopped: gateway on version {running.snapshot_version} "
+        f"after {source.failures} failed polls, restarted gateway on version "
+        f"{after_restart.snapshot_version} from its file"
+    )
+
+
+def test_request__after_postgres_ended_the_web_process_connections__served(
+    control_plane,
+):
+    # Given a web process that has served a request from the database
+    server, secret = control_plane
+    url = f"{server.url}/api/v1/snapshots/1"
+    assert _get(url, secret) == 200
+    # When Postgres ends its connections (as a restart does)
+    ours = connection.connection.info.backend_pid
+    with psycopg.connect(database_url(), autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND pid <> %s AND backend_type = 'client backend'",
+            [ours],
+        ).fetchall()
+    assert ended
+    time.sleep(0.2)
+    # Then the next request is served on a new connection, not answered 500
+    assert _get(url, secret) == 200
+    print(f"fault: Postgres ended {len(ended)} web connection(s): next request 200")
+
+
+def _get(url: str, secret: str) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {secret}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code

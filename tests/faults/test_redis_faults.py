@@ -1,0 +1,133 @@
+"""Redis slow, and Redis killed and restarted, while gateways decide (real servers).
+
+Bounds on time here are generous on purpose: they prove that no decision waits
+for the fault (no pile-up) and that recovery comes, not how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import pytest
+import redis
+
+from limits.enforcement import BreakerState, CircuitBreaker, Limiter
+from limits.enforcement.bucket import SCRIPT, connect
+from tests.faults.traffic import (
+    RULES,
+    Traffic,
+    between,
+    first_healthy_after,
+    wrong_modes,
+)
+from tests.servers import RedisServer
+
+TIMEOUT = 0.02  #: the limiter's Redis timeout, seconds
+COOLDOWN = 0.5  #: the breaker's probe interval, seconds
+
+
+@pytest.fixture
+def server():
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def limiter_on(server: RedisServer, timeout: float = TIMEOUT) -> Limiter:
+    return Limiter(
+        connect(server.url, timeout=timeout),
+        RULES,
+        breaker=CircuitBreaker(threshold=5, cooldown=COOLDOWN),
+    )
+
+
+def test_redis_paused__under_load__fails_over_per_route_without_pile_up_then_recovers(
+    server,
+):
+    # Given 4 threads deciding through one limiter (20 ms timeout) on a healthy Redis
+    limiter = limiter_on(server)
+    baseline_threads = threading.active_count()
+    traffic = Traffic(limiter).start()
+    time.sleep(0.5)
+    # When Redis stops answering writes (EVALSHA) for 3 s, under load
+    admin = redis.Redis.from_url(server.url)
+    admin.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+    paused = time.monotonic()  # the reply came: the pause is in force from here
+    time.sleep(2.8)
+    back = time.monotonic()
+    admin.execute_command("CLIENT", "UNPAUSE")
+    time.sleep(2.0)
+    seen = traffic.stop()
+    during = between(seen, paused, back)
+    # Then during the pause every decision is degraded, by its route's mode
+    assert during
+    healthy = [(s.at - paused, s.seconds) for s in during if not s.decision.degraded]
+    assert not healthy, (
+        f"used Redis during the pause (s after it began, took): {healthy[:5]}"
+    )
+    assert not wrong_modes(during)
+    assert {s.decision.route for s in during} == {
+        "search",
+        "orders.read",
+        "orders.create",
+    }
+    # and none waited for Redis: no pile-up of threads or of time
+    assert max(s.seconds for s in during) < 1.0  # the pause lasts 3 s
+    assert traffic.peak_threads <= baseline_threads + traffic.threads
+    assert (
+        limiter.bucket.client.connection_pool._created_connections
+        <= 2 * traffic.threads
+    )
+    # and once Redis answers again, decisions use it within a few cooldowns
+    recovery = first_healthy_after(seen, back)
+    assert recovery is not None
+    assert recovery < 5 * COOLDOWN + 1.0
+    latencies = sorted(s.seconds for s in during)
+    print(
+        f"fault: Redis paused 3 s: p99 {latencies[int(0.99 * len(latencies))] * 1000:.1f} ms, "
+        f"max {latencies[-1] * 1000:.1f} ms (timeout {TIMEOUT * 1000:.0f} ms) over "
+        f"{len(during)} decisions; healthy again {recovery:.2f} s after the pause"
+    )
+
+
+def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloaded(
+    server,
+):
+    # Given traffic through one limiter on a healthy Redis (a timeout long enough
+    # that a busy machine does not trip it: this test is about a dead server)
+    limiter = limiter_on(server, timeout=0.2)
+    traffic = Traffic(limiter).start()
+    time.sleep(0.5)
+    # When Redis is killed (SIGKILL) under load, and started again empty 2 s later
+    server.kill()
+    killed = time.monotonic()
+    time.sleep(1.0)
+    state_while_down = limiter.breaker.state
+    time.sleep(1.0)
+    restarted = time.monotonic()
+    server.start()
+    time.sleep(2.5)
+    seen = traffic.stop()
+    down = between(seen, killed, restarted)
+    # Then the breaker opened, each route failed over by its mode, nothing hung
+    assert state_while_down is not BreakerState.CLOSED
+    assert any(s.decision.error == "circuit open" for s in down)
+    assert all(s.decision.degraded for s in down)
+    assert not wrong_modes(down)
+    assert max(s.seconds for s in down) < 1.0
+    # and after the restart the script was loaded again (NOSCRIPT) and decisions use Redis
+    recovery = first_healthy_after(seen, restarted)
+    assert recovery is not None
+    assert recovery < 5 * COOLDOWN + 1.0
+    settled = between(seen, restarted + recovery + 0.5, float("inf"))
+    assert settled
+    assert sum(s.decision.degraded for s in settled) <= len(settled) // 100
+    print(
+        f"fault: Redis killed: {sum(s.decision.error == 'circuit open' for s in down)} "
+        f"of {len(down)} decisions skipped Redis (breaker open); healthy again "
+        f"{recovery:.2f} s after the restart; slowest {max(s.seconds for s in down) * 1000:.0f} ms"
+    )
+    sha = hashlib.sha1(SCRIPT).hexdigest()
+    assert redis.Redis.from_url(server.url).script_exists(sha) == [True]

@@ -1,0 +1,99 @@
+"""Steady decision traffic from a few threads, recorded for fault tests (and the fault bench).
+
+Each thread cycles through the three failure modes (``search`` fails open,
+``orders.read`` closed, ``orders.create`` local) on many tenants, and every
+decision is kept with its time and latency, so a test can look at what
+happened before, during and after a fault.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+from limits.enforcement import Decision, Limiter, Outcome
+from tests.enforcement.factories import limit, policy, rules, snapshot
+
+#: Generous limits: nothing is rejected unless the store is down.
+RULES = snapshot(rules(policy("default", "*", limit("tenant", 100_000, 1, 100_000))))
+ROUTES = (("GET", "/v1/search"), ("GET", "/v1/orders/1"), ("POST", "/v1/orders"))
+#: What each route answers while Redis cannot be used.
+DEGRADED = {
+    "search": {Outcome.FAIL_OPEN},
+    "orders.read": {Outcome.FAIL_CLOSED},
+    "orders.create": {Outcome.LOCAL, Outcome.LIMITED},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    at: float  #: monotonic time the decision was asked
+    seconds: float  #: how long it took
+    decision: Decision
+
+
+@dataclass
+class Traffic:
+    """``threads`` threads deciding with ``limiter`` until :meth:`stop`."""
+
+    limiter: Limiter
+    threads: int = 4
+    tenants: int = 1000
+    seen: list[Seen] = field(default_factory=list)
+    peak_threads: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _pool: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> Traffic:
+        for index in range(self.threads):
+            thread = threading.Thread(target=self._run, args=(index,), daemon=True)
+            self._pool.append(thread)
+            thread.start()
+        return self
+
+    def _run(self, index: int) -> None:
+        requests = itertools.cycle(
+            (method, path, f"t{n}")
+            for n in range(index, self.tenants, self.threads)
+            for method, path in ROUTES
+        )
+        mine = []
+        while not self._stop.is_set():
+            method, path, tenant = next(requests)
+            began = time.monotonic()
+            decision = self.limiter.decide(method=method, path=path, tenant=tenant)
+            mine.append(Seen(began, time.monotonic() - began, decision))
+            self.peak_threads = max(self.peak_threads, threading.active_count())
+        self.seen.extend(mine)
+
+    def stop(self, timeout: float = 30.0) -> list[Seen]:
+        """Stop every thread and return what was seen, in time order."""
+        self._stop.set()
+        for thread in self._pool:
+            thread.join(timeout)
+        assert not any(thread.is_alive() for thread in self._pool), "a thread hung"
+        return sorted(self.seen, key=lambda s: s.at)
+
+
+def between(seen: list[Seen], start: float, end: float) -> list[Seen]:
+    """Decisions asked at ``start`` or later that had their answer before ``end``."""
+    return [s for s in seen if start <= s.at and s.at + s.seconds < end]
+
+
+def first_healthy_after(seen: list[Seen], moment: float) -> float | None:
+    """Seconds from ``moment`` to the first decision after it that used Redis."""
+    for item in seen:
+        if item.at >= moment and not item.decision.degraded:
+            return item.at - moment
+    return None
+
+
+def wrong_modes(seen: list[Seen]) -> list[Seen]:
+    """Degraded decisions whose outcome is not their route's failure mode."""
+    return [
+        s
+        for s in seen
+        if s.decision.degraded and s.decision.outcome not in DEGRADED[s.decision.route]
+    ]
