@@ -58,8 +58,8 @@ def test_wsgi_example__initech_on_free_search__admitted_then_429(wiring):
         statuses.append(status)
         headers.update(response_headers)
 
-    # When initech calls search 12 times at once
-    for _ in range(12):
+    # When initech calls search 30 times at once
+    for _ in range(30):
         environ = {
             "REQUEST_METHOD": "GET",
             "PATH_INFO": "/v1/search",
@@ -70,7 +70,7 @@ def test_wsgi_example__initech_on_free_search__admitted_then_429(wiring):
         b"".join(app(environ, start_response))
     # Then the burst is admitted, then 429 with Retry-After and the RateLimit fields
     assert statuses[:10] == ["200 OK"] * 10
-    assert statuses[-1].startswith("429")
+    assert statuses[-1].startswith("429")  # a slow machine may refill a token or two
     assert "Retry-After" in headers
     assert "RateLimit-Policy" in headers
     app.limiter.source.stop()

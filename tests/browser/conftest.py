@@ -23,8 +23,11 @@ FLAGS = [
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "browser"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium for one module's tests. Not for the session: Playwright's sync API keeps
+    an event loop running in this thread while it lives, and other tests on the same
+    worker call ``asyncio.run``."""
     if not CHROMIUM.exists():
         pytest.fail(
             "Chromium is missing: apt-get install chromium (the CI setup installs it)"

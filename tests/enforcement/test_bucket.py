@@ -72,7 +72,11 @@ def test_script__with_a_replica__replicates_the_effects_of_time(redis_server):
         # the key cannot expire while a loaded machine runs the test)
         key = limiter.decide(route="search", ip="10.0.0.1").deciding.key
         assert on_primary.wait(1, 5000) == 1
-        # Then the replica holds exactly the primary's value and expiry
+        # Then the replica holds exactly the primary's value and expiry (replication is
+        # asynchronous: a loaded machine may apply it a moment after acknowledging)
+        deadline = time.monotonic() + 5
+        while on_replica.get(key) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert on_replica.get(key) == on_primary.get(key)
         assert on_replica.pexpiretime(key) == on_primary.pexpiretime(key)
         on_primary.close()

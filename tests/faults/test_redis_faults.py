@@ -73,8 +73,10 @@ def test_redis_paused__under_load__fails_over_per_route_without_pile_up_then_rec
         "orders.read",
         "orders.create",
     }
-    # and none waited for Redis: no pile-up of threads or of time
-    assert max(s.seconds for s in during) < 1.0  # the pause lasts 3 s
+    # and none waited for Redis: no pile-up of threads or of time. A loaded CI machine
+    # can stall a thread for a second; waiting on Redis would take the whole 3 s pause.
+    assert _p99(during) < 0.5
+    assert max(s.seconds for s in during) < 2.5
     assert traffic.peak_threads <= baseline_threads + traffic.threads
     assert (
         limiter.bucket.client.connection_pool._created_connections
@@ -100,12 +102,12 @@ def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloa
     limiter = limiter_on(server, timeout=0.2)
     traffic = Traffic(limiter).start()
     time.sleep(0.5)
-    # When Redis is killed (SIGKILL) under load, and started again empty 2 s later
+    # When Redis is killed (SIGKILL) under load, and started again empty 3 s later
     server.kill()
     killed = time.monotonic()
-    time.sleep(1.0)
+    time.sleep(1.5)
     state_while_down = limiter.breaker.state
-    time.sleep(1.0)
+    time.sleep(1.5)
     restarted = time.monotonic()
     server.start()
     time.sleep(2.5)
@@ -116,7 +118,8 @@ def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloa
     assert any(s.decision.error == "circuit open" for s in down)
     assert all(s.decision.degraded for s in down)
     assert not wrong_modes(down)
-    assert max(s.seconds for s in down) < 1.0
+    assert _p99(down) < 0.5  # see the pause test: stalls happen, hanging would take 3 s
+    assert max(s.seconds for s in down) < 2.5
     # and after the restart the script was loaded again (NOSCRIPT) and decisions use Redis
     recovery = first_healthy_after(seen, restarted)
     assert recovery is not None
@@ -131,3 +134,8 @@ def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloa
     )
     sha = hashlib.sha1(SCRIPT).hexdigest()
     assert redis.Redis.from_url(server.url).script_exists(sha) == [True]
+
+
+def _p99(samples) -> float:
+    times = sorted(s.seconds for s in samples)
+    return times[int(0.99 * (len(times) - 1))]
