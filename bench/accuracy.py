@@ -6,11 +6,11 @@ may admit is ``burst + rate x elapsed``, elapsed measured on the Redis clock
 from the start signal to the last answer; the ratio admitted / maximum is
 reported per mode (1.0 is exact; above 1.0 would be over-admission).
 
-Modes are entries of ``MODES``: a function that builds the limiter a worker
-process decides with. ``plain`` is the token bucket as published today; the
-hot-key modes (``leases``, ``shards``) are added there as one entry each, e.g.
-``MODES["shards"] = lambda url, snapshot: Limiter(url, with_shards(snapshot, 8))``.
-Prints Markdown; asserts nothing.
+Modes are entries of ``MODES``: the hot-key options of the one limit, as a
+publisher would set them (``plain``: none; ``leases``: 50 tokens a lease;
+``shards``: 8 keys). Each worker decides with an ordinary :class:`Limiter` on
+the snapshot, so what is measured is what a gateway runs. Prints Markdown;
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import argparse
 import multiprocessing
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -29,19 +28,22 @@ from limits.enforcement import Limiter, Snapshot
 from tests.enforcement.factories import limit, policy, rules, snapshot
 from tests.servers import RedisServer
 
-#: mode name -> (Redis URL, snapshot) -> the limiter a worker decides with
-MODES: dict[str, Callable[[str, Snapshot], Limiter]] = {
-    "plain": lambda url, rules_: Limiter(url, rules_, timeout=1.0),
+#: mode name -> the hot-key options of the limit (``tests.enforcement.factories.limit``)
+MODES: dict[str, dict[str, int]] = {
+    "plain": {},
+    "leases": {"lease": 50},
+    "shards": {"shards": 8},
 }
 
 
-def one_bucket(rate: int, burst: int) -> Snapshot:
-    """Every request of tenant acme on search is charged to one per-tenant bucket."""
-    return snapshot(rules(policy("default", "*", limit("tenant", rate, 1, burst))))
+def one_bucket(rate: int, burst: int, **hot_keys: int) -> Snapshot:
+    """Every request of tenant acme on search is charged to one per-tenant limit."""
+    return snapshot(
+        rules(policy("default", "*", limit("tenant", rate, 1, burst, **hot_keys)))
+    )
 
 
 def worker(
-    mode: str,
     url: str,
     raw: bytes,
     threads: int,
@@ -50,7 +52,7 @@ def worker(
     results: Any,
 ) -> None:
     """Decide on the one bucket from ``threads`` threads for ``seconds`` after ``start``."""
-    limiter = MODES[mode](url, Snapshot.from_bytes(raw))
+    limiter = Limiter(url, Snapshot.from_bytes(raw), timeout=1.0)
     limiter.decide(route="search", tenant="warmup")  # connect before the clock starts
     counts: list[tuple[int, int, int]] = []
 
@@ -81,10 +83,10 @@ def redis_seconds(client: redis.Redis) -> float:
 def run_mode(mode: str, url: str, options) -> list[str]:
     """One run of ``mode``; the table row: counts, elapsed, maximum, ratio."""
     redis.Redis.from_url(url).flushdb()
-    raw = one_bucket(options.rate, options.burst).to_bytes()
+    raw = one_bucket(options.rate, options.burst, **MODES[mode]).to_bytes()
     context = multiprocessing.get_context("fork")
     start, results = context.Event(), context.Queue()
-    args = (mode, url, raw, options.threads, options.seconds, start, results)
+    args = (url, raw, options.threads, options.seconds, start, results)
     processes = [
         context.Process(target=worker, args=args) for _ in range(options.processes)
     ]

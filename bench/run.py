@@ -78,7 +78,7 @@ def parts(redis_url: str) -> list[Part]:
         ),
         Part(
             "Accuracy under concurrency",
-            ("-m", "bench.accuracy", "--seconds", "60"),
+            ("-m", "bench.accuracy", "--seconds", "30"),
             ("--seconds", "5"),
         ),
         Part(

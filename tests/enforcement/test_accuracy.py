@@ -4,36 +4,29 @@ from __future__ import annotations
 
 import multiprocessing
 
-import redis
-
-from tests.enforcement.factories import limit, policy, rules, snapshot
-from tests.enforcement.hammer import hammer
+from bench.accuracy import one_bucket, redis_seconds, worker
 
 RATE, BURST, SECONDS = 400, 50, 2.0
 PROCESSES, THREADS = 3, 2
-
-
-def server_time(client: redis.Redis) -> float:
-    seconds, micros = client.time()
-    return seconds + micros / 1_000_000
 
 
 def test_decide__processes_and_threads_on_one_key__admits_capacity_plus_rate(
     redis_server, redis_client
 ):
     # Given 3 processes of 2 threads each, deciding on one tenant's bucket (400/s, burst 50)
-    rules_ = snapshot(rules(policy("default", "*", limit("tenant", RATE, 1, BURST))))
+    # (the worker of bench/accuracy.py, with a plain limit)
+    raw = one_bucket(RATE, BURST).to_bytes()
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
-    args = (redis_server.url, rules_.to_bytes(), THREADS, SECONDS, start, results)
-    processes = [context.Process(target=hammer, args=args) for _ in range(PROCESSES)]
+    args = (redis_server.url, raw, THREADS, SECONDS, start, results)
+    processes = [context.Process(target=worker, args=args) for _ in range(PROCESSES)]
     for process in processes:
         process.start()
     # When they all hammer it for 2 seconds
-    began = server_time(redis_client)
+    began = redis_seconds(redis_client)
     start.set()
     counts = [results.get(timeout=60) for _ in processes]
-    ended = server_time(redis_client)
+    ended = redis_seconds(redis_client)
     for process in processes:
         process.join(timeout=30)
     admitted, rejected, degraded = map(sum, zip(*counts, strict=True))
