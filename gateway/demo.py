@@ -26,6 +26,7 @@ SLUICE_BUNDLE_FILE          (empty)                                    rules fro
 SLUICE_EVENTS               1                                          0: no decision events
 SLUICE_EVENTS_REDIS_URL     SLUICE_REDIS_URL                           Redis of the decision stream
                                                                        (the control plane's REDIS_URL)
+SLUICE_GATEWAY_LOG_LEVEL    INFO                                       WARNING: no line per request
 =========================== ========================================== ==============================
 
 Callers identify themselves with ``X-Tenant``, ``X-User`` and ``X-Api-Key``
@@ -242,7 +243,10 @@ def serve(gateway: Gateway, host: str, port: int) -> WSGIServer:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("SLUICE_GATEWAY_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(name)s %(message)s",
+    )
     gateway = build(os.environ)
     gateway.source.start()
     if gateway.events is not None:
