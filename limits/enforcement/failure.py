@@ -70,12 +70,19 @@ class CircuitBreaker:
         return self._failures > 0 or self._state is not BreakerState.CLOSED
 
     def allow(self) -> bool:
-        """Whether to call Redis now; in the open state, True once per cooldown (the probe)."""
+        """Whether to call Redis now; when not closed, True once per cooldown (the probe).
+
+        A probe that never reports (its caller raised something that is not a
+        store error, or its thread died) is replaced after a cooldown: the
+        breaker must not stay half-open, failing every request, forever.
+        """
         if self._state is BreakerState.CLOSED:
             return True
         with self._lock:
-            if self._state is BreakerState.OPEN and self.retry_after() == 0.0:
+            if self.retry_after() == 0.0:
                 self._state = BreakerState.HALF_OPEN
+                # the next probe is due a cooldown later, in case this one is lost
+                self._opened_at = self._clock()
                 return True
             return False
 
@@ -98,7 +105,7 @@ class CircuitBreaker:
                 self._opened_at = self._clock()
 
     def retry_after(self) -> float:
-        """Seconds until the next probe; 0.0 when closed or due."""
+        """Seconds until the next probe (or the next after a lost one); 0.0 when closed or due."""
         if self._state is BreakerState.CLOSED:
             return 0.0
         return max(0.0, self._opened_at + self.cooldown - self._clock())

@@ -195,6 +195,26 @@ def test_breaker__open__lets_one_probe_through_per_cooldown():
     assert breaker.retry_after() == 5.0
 
 
+def test_breaker__probe_never_reports__another_probe_after_a_cooldown():
+    # Given an open breaker whose probe went out and never reported (its caller died)
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, cooldown=5.0, clock=clock)
+    breaker.failed()
+    clock.now += 5.0
+    assert breaker.allow()
+    # When callers ask during the next cooldown, then after it
+    during = breaker.allow()
+    clock.now += 5.0
+    after = [breaker.allow(), breaker.allow()]
+    # Then none goes while the probe may still answer, then one new probe goes,
+    # and its success closes the breaker
+    assert during is False
+    assert after == [True, False]
+    breaker.succeeded()
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.allow()
+
+
 def test_local_buckets__after_refill_time__admit_again():
     # Given a local share of 1 token refilling every 4 s (1 per second over 4 gateways)
     clock = FakeClock()

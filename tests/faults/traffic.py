@@ -43,6 +43,7 @@ class Traffic:
     tenants: int = 1000
     seen: list[Seen] = field(default_factory=list)
     peak_threads: int = 0
+    errors: list[BaseException] = field(default_factory=list)  #: what killed a thread
     _stop: threading.Event = field(default_factory=threading.Event)
     _pool: list[threading.Thread] = field(default_factory=list)
 
@@ -60,13 +61,17 @@ class Traffic:
             for method, path in ROUTES
         )
         mine = []
-        while not self._stop.is_set():
-            method, path, tenant = next(requests)
-            began = time.monotonic()
-            decision = self.limiter.decide(method=method, path=path, tenant=tenant)
-            mine.append(Seen(began, time.monotonic() - began, decision))
-            self.peak_threads = max(self.peak_threads, threading.active_count())
-        self.seen.extend(mine)
+        try:
+            while not self._stop.is_set():
+                method, path, tenant = next(requests)
+                began = time.monotonic()
+                decision = self.limiter.decide(method=method, path=path, tenant=tenant)
+                mine.append(Seen(began, time.monotonic() - began, decision))
+                self.peak_threads = max(self.peak_threads, threading.active_count())
+        except BaseException as exc:  # decide must never raise: stop() reports it
+            self.errors.append(exc)
+        finally:
+            self.seen.extend(mine)
 
     def stop(self, timeout: float = 30.0) -> list[Seen]:
         """Stop every thread and return what was seen, in time order."""
@@ -74,6 +79,7 @@ class Traffic:
         for thread in self._pool:
             thread.join(timeout)
         assert not any(thread.is_alive() for thread in self._pool), "a thread hung"
+        assert not self.errors, f"decide raised: {self.errors!r}"
         return sorted(self.seen, key=lambda s: s.at)
 
 
