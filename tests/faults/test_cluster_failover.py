@@ -15,6 +15,7 @@ from tests.faults.traffic import (
     Traffic,
     between,
     first_healthy_after,
+    until_recovered,
     wrong_modes,
 )
 from tests.servers import RedisClusterServers
@@ -65,7 +66,7 @@ def test_cluster_master_killed__replica_promoted__decisions_continue(cluster):
     killed = time.monotonic()
     master.kill()
     promoted = wait_promoted(cluster, replica)
-    time.sleep(3.0)
+    until_recovered(limiter, then=2.5)
     seen = traffic.stop()
     outage = between(seen, killed, promoted)
     # Then no decision hung and every degraded one followed its route's mode

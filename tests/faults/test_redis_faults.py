@@ -20,6 +20,7 @@ from tests.faults.traffic import (
     Traffic,
     between,
     first_healthy_after,
+    until_recovered,
     wrong_modes,
 )
 from tests.servers import RedisServer
@@ -58,7 +59,7 @@ def test_redis_paused__under_load__fails_over_per_route_without_pile_up_then_rec
     time.sleep(2.8)
     back = time.monotonic()
     admin.execute_command("CLIENT", "UNPAUSE")
-    time.sleep(2.0)
+    until_recovered(limiter)
     seen = traffic.stop()
     during = between(seen, paused, back)
     # Then during the pause every decision is degraded, by its route's mode
@@ -110,7 +111,7 @@ def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloa
     time.sleep(1.5)
     restarted = time.monotonic()
     server.start()
-    time.sleep(2.5)
+    until_recovered(limiter)
     seen = traffic.stop()
     down = between(seen, killed, restarted)
     # Then the breaker opened, each route failed over by its mode, nothing hung

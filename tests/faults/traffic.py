@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from limits.enforcement import Decision, Limiter, Outcome
+from limits.enforcement import BreakerState, Decision, Limiter, Outcome
 from tests.enforcement.factories import limit, policy, rules, snapshot
 
 #: Generous limits: nothing is rejected unless the store is down.
@@ -81,6 +81,17 @@ class Traffic:
         assert not any(thread.is_alive() for thread in self._pool), "a thread hung"
         assert not self.errors, f"decide raised: {self.errors!r}"
         return sorted(self.seen, key=lambda s: s.at)
+
+
+def until_recovered(limiter: Limiter, within: float = 6.0, then: float = 1.0) -> None:
+    """Wait until ``limiter`` uses Redis again (its breaker closes), ``within`` s at most,
+    then ``then`` s more: a stalled machine gets time, a test still sees what follows."""
+    deadline = time.monotonic() + within
+    while (
+        limiter.breaker.state is not BreakerState.CLOSED and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    time.sleep(then)
 
 
 def between(seen: list[Seen], start: float, end: float) -> list[Seen]:
