@@ -29,44 +29,22 @@ import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load import load_rules
 from bench.servers import start_redis, stop_redis
 from limits.enforcement import (  # importable thanks to the path above
     AsyncLimiter,
     DecisionEvents,
-    Dimension,
-    Limit,
     Limiter,
-    Policy,
-    Route,
-    Rules,
     Snapshot,
 )
 from limits.enforcement.bucket import SCRIPT, connect, connect_async
-from limits.enforcement.bundle import fallback_snapshot
 
 KEYS = 10_000
 
 
 def bench_rules() -> Snapshot:
     """A realistic policy: per tenant and per IP, admitting everything the bench sends."""
-    limits = (
-        Limit(Dimension.TENANT, 10_000_000, 1, 10_000_000),
-        Limit(Dimension.IP, 10_000_000, 1, 10_000_000),
-    )
-    base = fallback_snapshot()
-    rules = Rules(
-        tiers={"pro": "Pro"},
-        tenants={f"t{i}": "pro" for i in range(KEYS)},
-        routes={"search": Route("search", ("GET",), "/v1/search")},
-        policies=(Policy("default", "*", limits), Policy("tier:pro", "search", limits)),
-    )
-    return Snapshot.build(
-        version=1,
-        parent=None,
-        published_at=base.published_at,
-        effective_at=base.published_at,
-        rules=rules,
-    )
+    return load_rules(KEYS)
 
 
 def requests_for(scenario: str, count: int) -> list[tuple[str, str]]:

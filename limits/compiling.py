@@ -25,20 +25,7 @@ __all__ = [
 
 
 #: The limit columns a snapshot value is made of, in ``_limit_value``'s order.
-_LIMIT_FIELDS = (
-    "kind",
-    "dimension",
-    "rate",
-    "period",
-    "burst",
-    "cost",
-    "shadow",
-    "shards",
-    "lease",
-    "lease_ms",
-    "max_inflight",
-    "timeout",
-)
+_LIMIT_FIELDS = models.Limit.SETTINGS
 
 
 def _limit_value(

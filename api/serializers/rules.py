@@ -6,8 +6,6 @@ from limits.models import Limit, Policy, Route, Tenant, Tier
 
 READ_ONLY = ("id", "revision", "created_at", "updated_at")
 #: Limit fields for hot keys (rate limits) and for limits of kind "concurrent".
-HOT_KEY_FIELDS = ("shards", "lease", "lease_ms")
-CONCURRENCY_FIELDS = ("max_inflight", "timeout")
 
 
 class TierSerializer(serializers.ModelSerializer):
@@ -57,19 +55,7 @@ class PolicyLimitSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Limit
-        fields = (
-            "id",
-            "kind",
-            "dimension",
-            "rate",
-            "period",
-            "burst",
-            "cost",
-            "shadow",
-            *HOT_KEY_FIELDS,
-            *CONCURRENCY_FIELDS,
-            "description",
-        )
+        fields = ("id", *Limit.SETTINGS, "description")
 
 
 class PolicySerializer(serializers.ModelSerializer):
@@ -121,15 +107,7 @@ class LimitSerializer(serializers.ModelSerializer):
         fields = (
             "id",
             "policy",
-            "kind",
-            "dimension",
-            "rate",
-            "period",
-            "burst",
-            "cost",
-            "shadow",
-            *HOT_KEY_FIELDS,
-            *CONCURRENCY_FIELDS,
+            *Limit.SETTINGS,
             "description",
             *READ_ONLY[1:],
         )

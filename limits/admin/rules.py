@@ -110,21 +110,7 @@ class LimitFormSet(BaseInlineFormSet):
 class LimitInline(admin.TabularInline):
     model = Limit
     formset = LimitFormSet
-    fields = (
-        "kind",
-        "dimension",
-        "rate",
-        "period",
-        "burst",
-        "cost",
-        "shadow",
-        "shards",
-        "lease",
-        "lease_ms",
-        "max_inflight",
-        "timeout",
-        "reads_as",
-    )
+    fields = (*Limit.SETTINGS, "reads_as")
     readonly_fields = ("reads_as",)
     extra = 0
     min_num = 1

@@ -36,6 +36,23 @@ class Limit(RuleModel):
     """A limit of a policy: a token bucket (``rate`` per ``period``, ``burst`` deep)
     or a cap on requests in flight (``max_inflight``), per ``dimension``."""
 
+    #: What a publisher sets on a limit, in the order forms, the API and the
+    #: compiler (``limits.compiling._limit_value``) list them.
+    SETTINGS = (
+        "kind",
+        "dimension",
+        "rate",
+        "period",
+        "burst",
+        "cost",
+        "shadow",
+        "shards",
+        "lease",
+        "lease_ms",
+        "max_inflight",
+        "timeout",
+    )
+
     policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="limits")
     kind = models.CharField(
         max_length=10, choices=LimitKind.choices, default=LimitKind.RATE
