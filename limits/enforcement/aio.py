@@ -16,6 +16,7 @@ from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
 from .decision import Decision
 from .engine import Engine, Prepared
+from .failure import CircuitBreaker
 from .hot import HotCall
 from .limiter import CoreOptions, LimiterCore, logger
 from .scripts import HOT, RELEASE, AsyncScript
@@ -38,6 +39,7 @@ class AsyncLimiter(LimiterCore):
         super().__init__(rules, **options)
         if isinstance(client, str):
             client = connect_async(client, timeout=timeout)
+        self.watch_nodes(client)
         self.bucket = AsyncTokenBucket(client)
         self.hot = AsyncScript(client, HOT)
         self._release = AsyncScript(client, RELEASE)
@@ -62,30 +64,33 @@ class AsyncLimiter(LimiterCore):
             cached = self.cached_rejection(engine, prepared)
             if cached is not None:
                 return cached
-        if not self.breaker.allow():
-            return self.fail(engine, prepared, "circuit open")
+        breaker = self.breaker_for(prepared)
+        if not breaker.allow():
+            return self.fail(engine, prepared, "circuit open", breaker)
         if prepared.plan.hot:
-            return await self._decide_hot(engine, prepared)
+            return await self._decide_hot(engine, prepared, breaker)
         try:
             reply = await self.bucket(prepared.keys, prepared.plan.args)
         except STORE_ERRORS as exc:
-            return self.store_failed(engine, prepared, exc)
-        if self.breaker.troubled:
-            self.store_answered()
+            return self.store_failed(engine, prepared, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
         if reply[0] == 0:
             self.remember(prepared, reply)
         return engine.decision(prepared, reply)
 
-    async def _decide_hot(self, engine: Engine, prepared: Prepared) -> Decision:
+    async def _decide_hot(
+        self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
+    ) -> Decision:
         call = self.hot_begin(engine, prepared)
         if not isinstance(call, HotCall):
             return call
         try:
             reply = await self.hot(call.keys, call.args)
-        except redis.RedisError as exc:
-            return self.hot_failed(engine, prepared, call, exc)
-        if self.breaker.troubled:
-            self.store_answered()
+        except STORE_ERRORS as exc:
+            return self.hot_failed(engine, prepared, call, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
         return self.hot_finish(engine, prepared, call, reply)
 
     async def release(self, decision: Decision) -> None:

@@ -43,7 +43,11 @@ class BreakerState(StrEnum):
 
 
 class CircuitBreaker:
-    """Trips after ``threshold`` consecutive failures; probes once per ``cooldown`` seconds."""
+    """Trips after ``threshold`` consecutive failures; probes once per ``cooldown`` seconds.
+
+    ``node``: the Redis Cluster node it guards, when it is one of a limiter's
+    per-node breakers (:meth:`like`); empty for a single Redis.
+    """
 
     def __init__(
         self,
@@ -51,9 +55,11 @@ class CircuitBreaker:
         threshold: int = 5,
         cooldown: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        node: str = "",
     ) -> None:
         self.threshold = threshold
         self.cooldown = cooldown
+        self.node = node
         self._clock = clock
         self._lock = threading.Lock()
         self._failures = 0
@@ -63,6 +69,15 @@ class CircuitBreaker:
     @property
     def state(self) -> BreakerState:
         return self._state
+
+    def like(self, node: str) -> CircuitBreaker:
+        """A new, closed breaker with these settings, for Redis Cluster node ``node``."""
+        return CircuitBreaker(
+            threshold=self.threshold,
+            cooldown=self.cooldown,
+            clock=self._clock,
+            node=node,
+        )
 
     @property
     def troubled(self) -> bool:

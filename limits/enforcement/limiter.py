@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TypedDict, Unpack
 
 import redis
+import redis.asyncio
 
 from .bucket import STORE_ERRORS, TokenBucket, connect
 from .bundle import Bundle, SnapshotProvider, StaticSource
@@ -35,6 +36,10 @@ __all__ = ["Limiter", "LimiterCore"]
 
 logger = logging.getLogger("limits.enforcement")
 
+#: What a cluster client's slot map raises for a slot it does not hold yet or
+#: does not cover (``LimiterCore.breaker_for``).
+_UNMAPPED: tuple[type[Exception], ...] = (KeyError, IndexError, *STORE_ERRORS)
+
 
 class CoreOptions(TypedDict, total=False):
     """The options both limiters pass to :class:`LimiterCore` (see its parameters)."""
@@ -49,8 +54,11 @@ class CoreOptions(TypedDict, total=False):
 
 
 class LimiterCore:
-    """What the sync and asyncio limiters share: rules, breaker, local state, failover.
+    """What the sync and asyncio limiters share: rules, breakers, local state, failover.
 
+    ``breaker`` guards the one Redis; on a Redis Cluster it is the model of one
+    breaker per master (:meth:`breaker_for`), so a master that fails only
+    fails over the requests whose keys it holds, not the whole cluster's.
     ``events`` receives every decision (:class:`~.metrics.DecisionEvents`);
     ``reject_cache`` turns the cache of rejected buckets off when False;
     ``clock`` (monotonic seconds) times that cache and the leases.
@@ -82,6 +90,39 @@ class LimiterCore:
         self._wall = wall
         self._clock = clock
         self._engine: Engine | None = None
+        self._node_of: Callable[[str], str] | None = None  #: key -> cluster node name
+        self._node_breakers: dict[str, CircuitBreaker] = {}
+
+    def watch_nodes(
+        self,
+        client: redis.Redis
+        | redis.RedisCluster
+        | redis.asyncio.Redis
+        | redis.asyncio.RedisCluster,
+    ) -> None:
+        """Keep a breaker per master when ``client`` is a cluster client (the subclasses call it)."""
+        if isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster):
+            nodes, keyslot = client.nodes_manager, client.keyslot
+            self._node_of = lambda key: nodes.get_node_from_slot(keyslot(key)).name
+
+    def breaker_for(self, prepared: Prepared) -> CircuitBreaker:
+        """The breaker of the Redis node holding ``prepared``'s keys (one hash tag, one node).
+
+        On a cluster, the node comes from the client's slot map, so once a
+        replica is promoted the slots map to it and to its own, closed,
+        breaker. A slot the map does not hold yet (an asyncio client maps the
+        cluster on its first command) or does not cover uses the shared one.
+        """
+        if self._node_of is None:
+            return self.breaker
+        try:
+            node = self._node_of(prepared.keys[0])
+        except _UNMAPPED:
+            return self.breaker
+        breaker = self._node_breakers.get(node)
+        if breaker is None:
+            breaker = self._node_breakers.setdefault(node, self.breaker.like(node))
+        return breaker
 
     def engine(self) -> Engine:
         """The engine of the snapshot in force; rebuilt only when the snapshot changes."""
@@ -126,10 +167,15 @@ class LimiterCore:
         )
 
     def hot_failed(
-        self, engine: Engine, prepared: Prepared, call: HotCall, exc: Exception
+        self,
+        engine: Engine,
+        prepared: Prepared,
+        call: HotCall,
+        exc: Exception,
+        breaker: CircuitBreaker,
     ) -> Decision:
         hot_abort(prepared, call, self.leases)
-        return self.store_failed(engine, prepared, exc)
+        return self.store_failed(engine, prepared, exc, breaker)
 
     def record(self, tenant: str | None, decision: Decision) -> Decision:
         """Hand ``decision`` to the decision events, if any; return it."""
@@ -161,33 +207,43 @@ class LimiterCore:
         return engine, prepared
 
     def store_failed(
-        self, engine: Engine, prepared: Prepared, exc: Exception
+        self,
+        engine: Engine,
+        prepared: Prepared,
+        exc: Exception,
+        breaker: CircuitBreaker,
     ) -> Decision:
         """Record a Redis failure and decide by the route's failure mode."""
-        was = self.breaker.state
-        self.breaker.failed()
-        if self.breaker.state is BreakerState.OPEN and was is not BreakerState.OPEN:
+        was = breaker.state
+        breaker.failed()
+        if breaker.state is BreakerState.OPEN and was is not BreakerState.OPEN:
             logger.warning(
-                "limiter.store_down: %s: %s; circuit open for %.1f s",
+                "limiter.store_down: %s%s: %s; circuit open for %.1f s",
+                f"node {breaker.node}: " if breaker.node else "",
                 type(exc).__name__,
                 exc,
-                self.breaker.cooldown,
+                breaker.cooldown,
             )
-        return self.fail(engine, prepared, f"{type(exc).__name__}: {exc}")
+        return self.fail(engine, prepared, f"{type(exc).__name__}: {exc}", breaker)
 
-    def store_answered(self) -> None:
+    def store_answered(self, breaker: CircuitBreaker) -> None:
         """Record a good call (needed only once the breaker has seen a failure)."""
-        if self.breaker.state is not BreakerState.CLOSED:
-            logger.info("limiter.store_up: Redis answers again; circuit closed")
-        self.breaker.succeeded()
+        if breaker.state is not BreakerState.CLOSED:
+            logger.info(
+                "limiter.store_up: %sRedis answers again; circuit closed",
+                f"node {breaker.node}: " if breaker.node else "",
+            )
+        breaker.succeeded()
 
-    def fail(self, engine: Engine, prepared: Prepared, error: str) -> Decision:
+    def fail(
+        self, engine: Engine, prepared: Prepared, error: str, breaker: CircuitBreaker
+    ) -> Decision:
         return failover(
             engine,
             prepared,
             error=error,
             local=self.local,
-            retry_after=self.breaker.retry_after(),
+            retry_after=breaker.retry_after(),
             slots=self.slots,
         )
 
@@ -212,6 +268,7 @@ class Limiter(LimiterCore):
         super().__init__(rules, **options)
         if isinstance(client, str):
             client = connect(client, timeout=timeout)
+        self.watch_nodes(client)
         self.bucket = TokenBucket(client)
         self.hot = Script(client, HOT)
         self._release = Script(client, RELEASE)
@@ -242,30 +299,33 @@ class Limiter(LimiterCore):
             cached = self.cached_rejection(engine, prepared)
             if cached is not None:
                 return cached
-        if not self.breaker.allow():
-            return self.fail(engine, prepared, "circuit open")
+        breaker = self.breaker_for(prepared)
+        if not breaker.allow():
+            return self.fail(engine, prepared, "circuit open", breaker)
         if prepared.plan.hot:
-            return self._decide_hot(engine, prepared)
+            return self._decide_hot(engine, prepared, breaker)
         try:
             reply = self.bucket(prepared.keys, prepared.plan.args)
         except STORE_ERRORS as exc:
-            return self.store_failed(engine, prepared, exc)
-        if self.breaker.troubled:
-            self.store_answered()
+            return self.store_failed(engine, prepared, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
         if reply[0] == 0:
             self.remember(prepared, reply)
         return engine.decision(prepared, reply)
 
-    def _decide_hot(self, engine: Engine, prepared: Prepared) -> Decision:
+    def _decide_hot(
+        self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
+    ) -> Decision:
         call = self.hot_begin(engine, prepared)
         if not isinstance(call, HotCall):
             return call
         try:
             reply = self.hot(call.keys, call.args)
-        except redis.RedisError as exc:
-            return self.hot_failed(engine, prepared, call, exc)
-        if self.breaker.troubled:
-            self.store_answered()
+        except STORE_ERRORS as exc:
+            return self.hot_failed(engine, prepared, call, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
         return self.hot_finish(engine, prepared, call, reply)
 
     def release(self, decision: Decision) -> None:

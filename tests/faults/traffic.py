@@ -32,6 +32,7 @@ class Seen:
     at: float  #: monotonic time the decision was asked
     seconds: float  #: how long it took
     decision: Decision
+    tenant: str = ""
 
 
 @dataclass
@@ -66,7 +67,7 @@ class Traffic:
                 method, path, tenant = next(requests)
                 began = time.monotonic()
                 decision = self.limiter.decide(method=method, path=path, tenant=tenant)
-                mine.append(Seen(began, time.monotonic() - began, decision))
+                mine.append(Seen(began, time.monotonic() - began, decision, tenant))
                 self.peak_threads = max(self.peak_threads, threading.active_count())
         except BaseException as exc:  # decide must never raise: stop() reports it
             self.errors.append(exc)
