@@ -23,6 +23,7 @@ from django.db import transaction
 
 from limits.audit import Actor, audit_record
 from limits.choices import AuditAction, Role
+from limits.egress import public_opener
 from limits.models import WebhookEndpoint
 from limits.roles import user_role
 from limits.rules import StaleRevision
@@ -72,7 +73,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+_OPENER = public_opener(_NoRedirect)
 
 
 def webhook_post(
@@ -88,7 +89,7 @@ def webhook_post(
     except urllib.error.HTTPError as exc:
         excerpt = exc.read(500).decode(errors="replace")
         return PostResult(exc.code, _since(started), f"HTTP {exc.code}", excerpt)
-    except (OSError, ValueError) as exc:  # refused, timeout, DNS, TLS, bad URL
+    except (OSError, ValueError) as exc:  # refused, timeout, DNS, TLS, bad URL, private
         return PostResult(None, _since(started), f"{type(exc).__name__}: {exc}")
 
 

@@ -2,11 +2,13 @@
 
 import uuid
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from limits.choices import DeliveryChannel, DeliveryKind, DeliveryState
+from limits.egress import url_problem
 
 from .announcements import Announcement
 from .rules import Tenant
@@ -42,6 +44,11 @@ class WebhookEndpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}: {self.url}"
+
+    def clean(self) -> None:
+        problem = url_problem(self.url)
+        if problem:
+            raise ValidationError({"url": problem})
 
 
 class Delivery(models.Model):

@@ -71,6 +71,20 @@ def test_webhook_endpoint__bad_url__400_with_field(api, acme, product_user):
     assert "url" in response.json()["fields"]
 
 
+def test_webhook_endpoint__private_address_in_production__400_naming_url(
+    api, acme, product_user, settings
+):
+    # Given production settings (limits.egress: public addresses only)
+    settings.SLUICE_WEBHOOK_ALLOW_PRIVATE = False
+    # When product registers a cloud metadata address as an endpoint
+    response = api.as_user(product_user).post(
+        ENDPOINTS, {"tenant": "acme", "url": "http://169.254.169.254/"}, format="json"
+    )
+    # Then the URL field says why
+    assert response.status_code == 400
+    assert "public addresses only" in response.json()["fields"]["url"][0]
+
+
 def test_webhook_endpoint_update_rotate_test_delete__support__audited(
     api, acme, support_user
 ):

@@ -1,0 +1,83 @@
+"""Webhooks go to public addresses only, unless SLUICE_WEBHOOK_ALLOW_PRIVATE (limits.egress).
+
+The suite runs with it on (receivers listen on 127.0.0.1); these tests turn it
+off, as production settings do, and try what a careless or hostile URL would.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from limits.egress import address_allowed, url_problem
+from limits.models import WebhookEndpoint
+from limits.webhooks import webhook_post
+from tests.factories import TenantFactory
+from tests.limits.announce_fixtures import endpoint_for
+
+
+@pytest.fixture
+def private_refused(settings):
+    settings.SLUICE_WEBHOOK_ALLOW_PRIVATE = False
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/hook",
+        "http://localhost/hook",
+        "http://169.254.169.254/latest/meta-data/",  # a cloud metadata service
+        "https://10.1.2.3/hook",
+        "http://[::1]:6379/",
+        "http://[::ffff:192.168.1.10]/hook",  # a private IPv4 written as IPv6
+        "http://100.64.0.1/hook",  # shared address space (carrier-grade NAT)
+    ],
+)
+@pytest.mark.django_db
+def test_endpoint_create__private_address__refused_on_the_url_field(
+    private_refused, url
+):
+    # Given production settings; When support registers an endpoint at a private address
+    with pytest.raises(ValidationError) as refused:
+        endpoint_for(TenantFactory(), url)
+    # Then the URL field says why, and nothing is stored
+    assert "public addresses only" in refused.value.message_dict["url"][0]
+    assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.django_db
+def test_endpoint_create__public_address_or_host_name__accepted(private_refused):
+    tenant = TenantFactory()
+    for url in ("https://93.184.215.14/hook", "https://hooks.acme.test/x"):
+        endpoint_for(tenant, url)
+    assert WebhookEndpoint.objects.count() == 2
+
+
+def test_webhook_post__connection_reaches_a_private_address__nothing_sent(
+    private_refused, receiver
+):
+    # Given a URL that got past the save-time check (a host name that resolves,
+    # or was re-pointed, to a private address: here the connection lands on loopback)
+    # When a delivery is attempted
+    result = webhook_post(
+        url=receiver.url, body=b"{}", headers={"X-Test": "1"}, timeout=5
+    )
+    # Then the connection is dropped before a byte of the request is sent
+    assert not result.ok
+    assert "not a public address" in result.error
+    assert receiver.requests == []
+
+
+def test_webhook_post__private_allowed__delivered(settings, receiver):
+    settings.SLUICE_WEBHOOK_ALLOW_PRIVATE = True
+    result = webhook_post(url=receiver.url, body=b"{}", headers={}, timeout=5)
+    assert result.ok
+    assert len(receiver.requests) == 1
+
+
+def test_address_allowed__public_and_private(private_refused):
+    assert address_allowed("93.184.215.14")
+    assert address_allowed("2606:4700:4700::1111")
+    assert not address_allowed("192.168.0.1")
+    assert not address_allowed("fe80::1%eth0")
+    assert url_problem("https://hooks.example.test/x") is None
