@@ -140,11 +140,19 @@ def route_change(
 
 
 def policy_change(
-    was: Policy | None, now: Policy | None, *, reach: Reach, old: Rules, new: Rules
+    was: Policy | None,
+    now: Policy | None,
+    *,
+    reach: Reach,
+    old: Rules,
+    new: Rules,
+    at: datetime,
 ) -> Change:
-    """A policy added, removed, or with other limits or expiry."""
+    """A policy added, removed, or with other limits or expiry; ``at``: when ``new`` applies."""
     if was is None:
         return _policy_added(now, reach, new)
+    if now is None and was.expires_at is not None and was.expires_at <= at:
+        return _expired_override_removed(was)
     if now is None:
         return _policy_removed(was, reach, new)
     cost = _route_cost(new, now)
@@ -181,6 +189,13 @@ def _policy_removed(policy: Policy, reach: Reach, new: Rules) -> Change:
         f"{policy.describe()} removed (was {said}); {after.describe()} applies instead"
     )
     return _whole_policy(ChangeKind.REMOVED, policy, policy, after, text, reach, new)
+
+
+def _expired_override_removed(policy: Policy) -> Change:
+    """An override cleared away after it expired: it applied to no one any more, so
+    removing it lowers nothing (gateways had dropped it at its expiry)."""
+    text = f"{policy.describe()} removed (it had expired {_time(policy.expires_at)})"
+    return Change("policy", policy_ref(policy), ChangeKind.REMOVED, text, Affected())
 
 
 def _whole_policy(kind, policy, before, after, text, reach, new) -> Change:

@@ -23,8 +23,10 @@ stored with every snapshot as :meth:`RulesDiff.to_json`; announcements read it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from limits.changes import (
     Change,
@@ -92,8 +94,12 @@ class RulesDiff:
         }
 
 
-def rules_diff(old: Rules | None, new: Rules) -> RulesDiff:
-    """Compare ``old`` (None: nothing published yet) with ``new``."""
+def rules_diff(
+    old: Rules | None, new: Rules, *, at: datetime | None = None
+) -> RulesDiff:
+    """Compare ``old`` (None: nothing published yet) with ``new``, which applies from
+    ``at`` (default: now); overrides expired by then count for no one."""
+    at = at or timezone.now()
     old = old or EMPTY_RULES
     reach = Reach(old, new)
     changes = [
@@ -104,7 +110,7 @@ def rules_diff(old: Rules | None, new: Rules) -> RulesDiff:
         *_mapping_changes(
             old.routes, new.routes, lambda *a: route_change(*a, reach=reach)
         ),
-        *_policy_changes(old, new, reach),
+        *_policy_changes(old, new, reach, at),
     ]
     return _summarise(changes, reach)
 
@@ -118,14 +124,16 @@ def _mapping_changes(old: dict, new: dict, make) -> list[Change]:
     ]
 
 
-def _policy_changes(old: Rules, new: Rules, reach: Reach) -> list[Change]:
+def _policy_changes(old: Rules, new: Rules, reach: Reach, at: datetime) -> list[Change]:
     before = {p.key: p for p in old.policies}
     after = {p.key: p for p in new.policies}
     changes = []
     for key in sorted(before.keys() | after.keys()):
         was, now = before.get(key), after.get(key)
         if not _same(was, now):
-            changes.append(policy_change(was, now, reach=reach, old=old, new=new))
+            changes.append(
+                policy_change(was, now, reach=reach, old=old, new=new, at=at)
+            )
     return changes
 
 
@@ -174,7 +182,19 @@ def snapshot_diff(
 
     Raise ValidationError for a version that does not exist.
     """
-    return rules_diff(rules_of(old), rules_of(new) or EMPTY_RULES)
+    return rules_diff(rules_of(old), rules_of(new) or EMPTY_RULES, at=effective_of(new))
+
+
+def effective_of(ref: int | str) -> datetime | None:
+    """When the rules a diff side names apply: a version's effective time; None (now)
+    for the active version and the working copy."""
+    if ref in (ACTIVE, WORKING_COPY):
+        return None
+    return (
+        Snapshot.objects.filter(version=ref)
+        .values_list("effective_at", flat=True)
+        .first()
+    )
 
 
 def rules_of(ref: int | str) -> Rules | None:

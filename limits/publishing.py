@@ -254,7 +254,7 @@ def _snapshot_row(rules, parent, published_at, effective, *, message):
         message=message,
         published_at=published_at,
         effective_at=effective,
-        diff=rules_diff(parent_rules, rules).to_json(),
+        diff=rules_diff(parent_rules, rules, at=effective).to_json(),
     )
 
 

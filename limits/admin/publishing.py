@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from limits.audit import Actor
 from limits.compiling import rules_compile
-from limits.diffing import ACTIVE, WORKING_COPY, rules_diff, rules_of
+from limits.diffing import ACTIVE, WORKING_COPY, rules_diff, rules_of, snapshot_diff
 from limits.enforcement.routing import HTTP_METHODS
 from limits.enforcement.validation import validate_rules
 from limits.explain import ExplainSource, explain
@@ -161,7 +161,7 @@ def diff_view(request):
     diff = None
     if form.is_valid():
         old, new = (_ref(form.cleaned_data[side]) for side in ("old", "new"))
-        diff = rules_diff(rules_of(old), rules_of(new)).to_json()
+        diff = snapshot_diff(old=old, new=new).to_json()
     return _page(request, "diff.html", "Compare versions", form=form, diff=diff)
 
 

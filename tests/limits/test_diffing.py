@@ -297,12 +297,12 @@ def test_rules_diff__any_change__reaches_every_tenant_whose_resolution_changes(
     old = _mutated(data.draw, base)
     new = _mutated(data.draw, old)
     assume(validate_rules(old) == validate_rules(new) == [])
-    # When diffed
-    diff = rules_diff(old, new)
+    # When diffed, the new rules applying from NOW
+    diff = rules_diff(old, new, at=NOW)
     # Then every tenant (and anonymous traffic) whose winning policy differs on some
-    # route, at some moment, is among those the diff says it reaches
+    # route, at some moment from then on, is among those the diff says it reaches
     before, after = Resolver(old), Resolver(new)
-    moments = [(NOW + timedelta(hours=h)).timestamp() for h in (-72, 0, 72)]
+    moments = [(NOW + timedelta(hours=h)).timestamp() for h in (0, 24, 72)]
     for tenant in [None, *old.tenants, *new.tenants]:
         for route in [None, *old.routes]:
             for now in moments:

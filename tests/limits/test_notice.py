@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -11,11 +12,12 @@ from django.utils import timezone
 
 from limits.audit import Actor
 from limits.choices import AuditAction
-from limits.models import AuditEntry, Limit, Route, Snapshot, Tenant
+from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
 from limits.notice import NoticePeriodTooShort
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
-from tests.factories import RouteFactory
+from limits.rules import rule_delete
+from tests.factories import PolicyFactory, RouteFactory
 from tests.limits.announce_fixtures import lower_pro_search
 
 SYSTEM = Actor.system("test")
@@ -65,6 +67,42 @@ def test_snapshot_publish__notice_rule__lowerings_wait_the_notice_period(
     # Then only raises, new routes and well-announced lowerings are accepted
     assert (row is not None) is allowed
     assert Snapshot.objects.count() == (2 if allowed else 1)
+
+
+@pytest.mark.parametrize(
+    ("expired", "allowed"),
+    [pytest.param(True, True, id="expired"), pytest.param(False, False, id="live")],
+)
+def test_snapshot_publish__override_removed__notice_only_while_it_still_applies(
+    rules, published, expired, allowed
+):
+    # Given a support raise for acme on search, published, that expires in 2 s (or a week)
+    expires = timezone.now() + (timedelta(seconds=2) if expired else 7 * DAY)
+    override = PolicyFactory(
+        tenant=rules["acme"],
+        route=rules["search"],
+        override=True,
+        expires_at=expires,
+        limit__rate=500,
+        limit__burst=1000,
+    )
+    snapshot_publish(actor=SYSTEM, message="Launch week for acme")
+    if expired:  # and the time passes
+        time.sleep(max(0.0, (expires - timezone.now()).total_seconds()) + 1.0)
+    # When support clears it away and that is published now
+    rule_delete(obj=Policy.objects.get(pk=override.pk), actor=SYSTEM, reason="done")
+    try:
+        row = snapshot_publish(actor=SYSTEM, message="Clear the override")
+    except NoticePeriodTooShort:
+        row = None
+    # Then an expired override lowers no one (gateways dropped it at its expiry):
+    # no notice, no tenant to notify; a live one still takes a raise away
+    assert (row is not None) is allowed
+    if row is not None:
+        (change,) = row.diff["changes"]
+        assert (change["kind"], change["lowers"]) == ("removed", False)
+        assert "had expired" in change["text"]
+        assert row.diff["affected"]["tenants"] == []
 
 
 def test_snapshot_publish__lowering_too_soon__error_names_changes_and_earliest_time(
