@@ -238,6 +238,7 @@ def _bundle(etag: str | None) -> Bundle | None:
 def _not_modified_response(etag: str) -> HttpResponseNotModified:
     response = HttpResponseNotModified()
     response["ETag"] = etag
+    response["Vary"] = "Accept-Encoding"  # what the 200 would say (RFC 9110, 15.4.5)
     return response
 
 
