@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import models as db
 from django.db import transaction
 from django.db.models import Max, Q
+from django.utils import timezone
 
 from limits.audit import Actor, audit_record, serialize_for_audit
 from limits.choices import AuditAction, LimitKind, Role
@@ -110,6 +111,25 @@ def _check_route_cost(route: Route) -> None:
         )
 
 
+def _expired_override_hint(policy: Policy) -> str | None:
+    """What to do when a new override collides with an expired one (one per tenant and
+    route: the expired one is kept, for the record, until someone edits or deletes it)."""
+    if policy.pk is not None or policy.expires_at is None:
+        return None
+    twin = Policy.objects.filter(
+        scope=policy.scope,
+        tenant_id=policy.tenant_id,
+        route_id=policy.route_id,
+        expires_at__lte=timezone.now(),
+    ).first()
+    if twin is None:
+        return None
+    return (
+        f"That override expired on {twin.expires_at:%Y-%m-%d %H:%M} UTC: edit it "
+        f"(policy {twin.pk}) with a new expiry and reason, or delete it first."
+    )
+
+
 def policy_validate(*, policy: Policy, limits: Sequence[Limit], actor: Actor) -> None:
     """Raise ValidationError (by field) or PermissionDenied unless ``policy`` may be saved."""
     _check_policy_permission(actor, policy)
@@ -118,6 +138,9 @@ def policy_validate(*, policy: Policy, limits: Sequence[Limit], actor: Actor) ->
         policy.full_clean()
     except ValidationError as exc:
         errors.update(exc.message_dict)
+        hint = _expired_override_hint(policy)
+        if hint and NON_FIELD_ERRORS in errors:
+            errors[NON_FIELD_ERRORS].append(hint)
     for number, limit in enumerate(limits, start=1):
         try:
             limit.full_clean(exclude=["policy"], validate_constraints=False)

@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count
 from django.forms.models import BaseInlineFormSet
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from limits import rules
 from limits.audit import Actor
@@ -125,13 +126,19 @@ class PolicyKindFilter(admin.SimpleListFilter):
     parameter_name = "kind"
 
     def lookups(self, request, model_admin):
-        return [("permanent", "permanent"), ("override", "temporary override")]
+        return [
+            ("permanent", "permanent"),
+            ("override", "live override"),
+            ("expired", "expired override"),
+        ]
 
     def queryset(self, request, queryset):
         if self.value() == "permanent":
             return queryset.filter(expires_at__isnull=True)
         if self.value() == "override":
-            return queryset.filter(expires_at__isnull=False)
+            return queryset.filter(expires_at__gt=timezone.now())
+        if self.value() == "expired":
+            return queryset.filter(expires_at__lte=timezone.now())
         return queryset
 
 

@@ -263,6 +263,32 @@ def test_policy_save__override_next_to_permanent_tenant_policy__both_kept(produc
     assert Policy.objects.filter(tenant=tenant).count() == 2
 
 
+def test_policy_save__new_override_beside_an_expired_one__says_how_to_renew(product):
+    # Given acme's override on all routes, which has since expired
+    tenant = TenantFactory(slug="acme")
+    old = Policy(
+        scope=ScopeKind.TENANT,
+        tenant=tenant,
+        reason="launch",
+        expires_at=timezone.now() + timedelta(days=2),
+    )
+    rules.policy_save(policy=old, limits=[Limit(rate=50, burst=100)], actor=product)
+    Policy.objects.filter(pk=old.pk).update(expires_at=timezone.now() - timedelta(1))
+    # When support gives acme a new override
+    new = Policy(
+        scope=ScopeKind.TENANT,
+        tenant=tenant,
+        reason="second launch",
+        expires_at=timezone.now() + timedelta(days=2),
+    )
+    with pytest.raises(ValidationError) as refused:
+        rules.policy_save(policy=new, limits=[Limit(rate=50, burst=100)], actor=product)
+    # Then the error says the existing one expired, and what to do
+    messages = refused.value.message_dict["__all__"]
+    assert "already a temporary override" in messages[0]
+    assert f"edit it (policy {old.pk}) with a new expiry" in messages[1]
+
+
 def test_default_policy__service_delete__refused():
     default = Policy.objects.get(scope=ScopeKind.DEFAULT, route=None)
     with pytest.raises(ValidationError, match="cannot be deleted"):
