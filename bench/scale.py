@@ -141,7 +141,11 @@ def section_publish() -> Any:
     parent = snapshot_rules(first)
     stages = publish_stages(parent)
     edit = small_edit()
-    second, second_s = timed(lambda: snapshot_publish(actor=actor, message="bench: 2"))
+    second, second_s = timed(  # the edit lowers a limit: at once, as an emergency
+        lambda: snapshot_publish(
+            actor=actor, message="bench: 2", emergency_reason="bench: a publish timed"
+        )
+    )
     rows = [(name, ms(s)) for name, s in stages]
     rows.append(("**snapshot_publish, first version** (whole service)", ms(first_s)))
     rows.append((f"**snapshot_publish, small edit** ({edit})", ms(second_s)))
