@@ -7,9 +7,11 @@ from django.utils.html import format_html
 
 from limits.models import AuditEntry
 
+from .base import ReadOnlyAdmin
+
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     """Every recorded change, newest first; nobody can add, edit or delete an entry."""
 
     list_display = (
@@ -37,15 +39,6 @@ class AuditEntryAdmin(admin.ModelAdmin):
         "after_json",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="before")
     def before_json(self, entry):

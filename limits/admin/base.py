@@ -21,6 +21,19 @@ class ServiceValidatedForm(forms.ModelForm):
             self._update_errors(exc)
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Pages that show records nobody adds, edits or deletes here (history, statistics)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class AuditedAdmin(admin.ModelAdmin):
     """Saves and deletes through the services, which validate and write the audit log."""
 

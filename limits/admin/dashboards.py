@@ -17,20 +17,11 @@ from limits import dashboards
 from limits.charts import line_chart
 from limits.models import DecisionMinute, Rejection
 
+from .base import ReadOnlyAdmin
+
 #: In URLs, requests without a tenant are this (a slug is never "~").
 ANONYMOUS_SLUG = "~"
 REFRESH_SECONDS = 30
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(DecisionMinute)

@@ -16,10 +16,11 @@ from limits.models import Snapshot
 from limits.selectors import snapshot_get_active, snapshot_list
 
 from . import publishing
+from .base import ReadOnlyAdmin
 
 
 @admin.register(Snapshot)
-class SnapshotAdmin(admin.ModelAdmin):
+class SnapshotAdmin(ReadOnlyAdmin):
     """Published versions, newest first; nobody can add, change or delete one here."""
 
     list_display = (
@@ -57,15 +58,6 @@ class SnapshotAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return snapshot_list().select_related("announcement")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_urls(self):
         view = self.admin_site.admin_view
