@@ -2,6 +2,7 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
+COPY client ./client
 COPY pyproject.toml README.md ./
 COPY controlplane ./controlplane
 COPY limits ./limits
@@ -10,6 +11,6 @@ COPY gateway ./gateway
 COPY migrations ./migrations
 COPY templates ./templates
 COPY manage.py ./
-RUN pip install --no-cache-dir -e . && python manage.py collectstatic --noinput
+RUN pip install --no-cache-dir ./client -e . && python manage.py collectstatic --noinput
 EXPOSE 8000
 CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4"]

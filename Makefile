@@ -9,10 +9,10 @@ TEST_WORKERS ?= 4
 
 .PHONY: install run test check lint format bench gateway traffic clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e './client[hiredis,django]' -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -24,11 +24,11 @@ from typing import Any
 import redis
 
 from bench.common import machine_line, table
-from limits.enforcement import Limiter, Snapshot
-from tests.enforcement.factories import limit, policy, rules, snapshot
+from sluice import Limiter, Snapshot
+from tests.client.factories import limit, policy, rules, snapshot
 from tests.servers import RedisServer
 
-#: mode name -> the hot-key options of the limit (``tests.enforcement.factories.limit``)
+#: mode name -> the hot-key options of the limit (``tests.client.factories.limit``)
 MODES: dict[str, dict[str, int]] = {
     "plain": {},
     "leases": {"lease": 50},

@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else ".")
 
-from limits.enforcement import (
+from sluice import (
     Dimension,
     Limit,
     Limiter,
@@ -27,7 +27,7 @@ from limits.enforcement import (
     Rules,
     Snapshot,
 )
-from limits.enforcement.bundle import fallback_snapshot
+from sluice.bundle import fallback_snapshot
 
 TENANTS, OPS = 10_000, 20_000
 

@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import load_rules
 from bench.servers import start_redis, stop_redis
-from limits.enforcement import (  # importable thanks to the path above
+from sluice import (  # importable thanks to the path above
     AsyncLimiter,
     DecisionEvents,
     Limiter,
     Snapshot,
 )
-from limits.enforcement.bucket import SCRIPT, connect, connect_async
+from sluice.bucket import SCRIPT, connect, connect_async
 
 KEYS = 10_000
 

@@ -32,8 +32,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.servers import start_redis, stop_redis
-from limits.enforcement import Limiter, Snapshot
-from tests.enforcement.factories import limit, policy, rules, snapshot
+from sluice import Limiter, Snapshot
+from tests.client.factories import limit, policy, rules, snapshot
 
 BIG = 10_000_000  #: a limit the benchmark never reaches
 RATE, BURST, LEASE = 2_000, 200, 50  #: the bucket of the overshoot runs

@@ -21,9 +21,9 @@ from typing import Any
 import redis
 
 from bench.common import machine_line, percentile, spread, table
-from limits.enforcement import Dimension, Limit, Limiter, Policy, Route, Rules, Snapshot
-from limits.enforcement.bucket import SCRIPT, connect
-from limits.enforcement.bundle import fallback_snapshot
+from sluice import Dimension, Limit, Limiter, Policy, Route, Rules, Snapshot
+from sluice.bucket import SCRIPT, connect
+from sluice.bundle import fallback_snapshot
 from tests.servers import RedisClusterServers, RedisServer
 
 VARIANTS = (

@@ -9,9 +9,9 @@ import random
 import time
 
 from bench.common import spread
-from limits.enforcement import Snapshot
-from limits.enforcement.engine import Engine
-from tests.enforcement.factories import limit, policy, rules, snapshot
+from sluice import Snapshot
+from sluice.engine import Engine
+from tests.client.factories import limit, policy, rules, snapshot
 
 
 def tiny_snapshot(routes: dict) -> Snapshot:

@@ -36,13 +36,13 @@ from limits.bundle import snapshot_bundle_get  # noqa: E402
 from limits.choices import ScopeKind  # noqa: E402
 from limits.compiling import rules_compile  # noqa: E402
 from limits.diffing import rules_diff, snapshot_diff  # noqa: E402
-from limits.enforcement import Snapshot, validate_rules  # noqa: E402
-from limits.enforcement.bundle import parse_bundle_bytes  # noqa: E402
-from limits.enforcement.engine import Engine  # noqa: E402
 from limits.explain import explain  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
 from limits.publishing import snapshot_publish  # noqa: E402
 from limits.selectors import snapshot_rules  # noqa: E402
+from sluice import Snapshot, validate_rules  # noqa: E402
+from sluice.bundle import parse_bundle_bytes  # noqa: E402
+from sluice.engine import Engine  # noqa: E402
 
 
 def timed(call: Callable[[], Any]) -> tuple[Any, float]:

@@ -220,7 +220,7 @@ SLUICE_WEBHOOK_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOK_ALLOW_PRIVATE", DEBUG)
 SLUICE_SECRET_KEYS = env_list("SLUICE_SECRET_KEYS", "")
 #: The address customers reach the changelog at, for links in webhooks and emails.
 SLUICE_PUBLIC_URL = os.environ.get("SLUICE_PUBLIC_URL", "http://127.0.0.1:8000")
-#: The Redis stream gateways write decision events to (limits.enforcement.DecisionEvents).
+#: The Redis stream gateways write decision events to (sluice.DecisionEvents).
 SLUICE_DECISION_STREAM = os.environ.get("SLUICE_DECISION_STREAM", "sluice:decisions")
 #: Seconds between two runs of the beat task that rolls the decision stream up.
 SLUICE_STATS_INTERVAL = env_int("SLUICE_STATS_INTERVAL", 10)

@@ -1,7 +1,7 @@
 """Demo gateway: sample Orders, Search and Reports backends behind the Sluice middleware.
 
 Run ``make gateway`` (or ``python -m gateway.demo``). It polls the control
-plane's snapshot endpoint for its rules (``limits.enforcement.SnapshotSource``),
+plane's snapshot endpoint for its rules (``sluice.SnapshotSource``),
 decides every request in Redis, and answers 429 with RateLimit headers once a
 tenant is over its limit. Configuration, all from the environment:
 
@@ -48,7 +48,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from limits.enforcement import (
+from sluice import (
     Bundle,
     DecisionEvents,
     Identity,
@@ -59,8 +59,8 @@ from limits.enforcement import (
     connect,
     fallback_snapshot,
 )
-from limits.enforcement.bundle import parse_bundle_bytes
-from limits.enforcement.wsgi import RateLimitMiddleware
+from sluice.bundle import parse_bundle_bytes
+from sluice.wsgi import RateLimitMiddleware
 
 __all__ = ["BundleFile", "Gateway", "backends", "build", "identify", "main"]
 

@@ -13,13 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from limits.choices import ChangeKind
-from limits.enforcement.snapshot import (
-    Policy,
-    Route,
-    Rules,
-    describe_limit,
-)
-from limits.enforcement.validation import policy_ref
 from limits.impact import Affected, Reach, compare_policies
 from limits.limit_changes import (
     FieldChange,
@@ -28,6 +21,13 @@ from limits.limit_changes import (
     everything,
     limit_changes,
 )
+from sluice.snapshot import (
+    Policy,
+    Route,
+    Rules,
+    describe_limit,
+)
+from sluice.validation import policy_ref
 
 __all__ = [
     "Change",

@@ -2,12 +2,12 @@
 
 from django.db import models
 
-from limits.enforcement.decision import Outcome as _Outcome
-from limits.enforcement.routing import HTTP_METHODS
-from limits.enforcement.snapshot import PERIODS
-from limits.enforcement.snapshot import Dimension as _Dimension
-from limits.enforcement.snapshot import FailureMode as _FailureMode
-from limits.enforcement.snapshot import ScopeKind as _ScopeKind
+from sluice.decision import Outcome as _Outcome
+from sluice.routing import HTTP_METHODS
+from sluice.snapshot import PERIODS
+from sluice.snapshot import Dimension as _Dimension
+from sluice.snapshot import FailureMode as _FailureMode
+from sluice.snapshot import ScopeKind as _ScopeKind
 
 FailureMode = models.TextChoices(
     "FailureMode",

@@ -1,7 +1,7 @@
 """From rule rows to the snapshot's value types: compiling the working copy.
 
 This is the one place where ORM rows become the value types of
-``limits.enforcement.snapshot``; everything else reads those values.
+``sluice.snapshot``; everything else reads those values.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db.models import Q
 
 from limits import models
 from limits.choices import LimitKind, ScopeKind
-from limits.enforcement import snapshot
+from sluice import snapshot
 
 __all__ = [
     "limit_rows_from_snapshot",

@@ -1,6 +1,6 @@
 """What changed between two rule sets: structured for code, in words for people.
 
-:func:`rules_diff` compares two :class:`~limits.enforcement.snapshot.Rules` (two
+:func:`rules_diff` compares two :class:`~sluice.snapshot.Rules` (two
 versions, or the working copy and the active version) and returns a
 :class:`RulesDiff`: one :class:`Change` per tier, tenant, route or policy that
 differs, each with
@@ -38,9 +38,9 @@ from limits.changes import (
     tier_change,
 )
 from limits.choices import ChangeKind
-from limits.enforcement.snapshot import Policy, Rules
 from limits.impact import Reach
 from limits.models import Snapshot
+from sluice.snapshot import Policy, Rules
 
 __all__ = [
     "ACTIVE",

@@ -11,9 +11,11 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from limits.compiling import rules_compile
-from limits.enforcement.engine import Engine
-from limits.enforcement.resolver import Resolution, Resolver
-from limits.enforcement.snapshot import (
+from limits.models import Tenant
+from limits.selectors import snapshot_document, snapshot_get_active
+from sluice.engine import Engine
+from sluice.resolver import Resolution, Resolver
+from sluice.snapshot import (
     ConcurrencyLimit,
     Limit,
     Policy,
@@ -21,8 +23,6 @@ from limits.enforcement.snapshot import (
     Snapshot,
     describe_limit,
 )
-from limits.models import Tenant
-from limits.selectors import snapshot_document, snapshot_get_active
 
 __all__ = [
     "BucketKey",

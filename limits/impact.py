@@ -9,7 +9,7 @@
   limits change. It is computed from the changed policy's scope, never by
   resolving every tenant on every route, so it stays cheap with 100,000 tenants.
 
-Both go through the one resolver (``limits.enforcement.resolver``) where a
+Both go through the one resolver (``sluice.resolver``) where a
 question of precedence arises; the only shortcut is the one precedence implies:
 a tenant with its own permanent policy on a route, or on all routes, is not
 reached by a tier or default change on that route.
@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from limits.choices import ChangeKind
-from limits.enforcement.resolver import Level, Resolution, Resolver
-from limits.enforcement.snapshot import (
+from sluice.resolver import Level, Resolution, Resolver
+from sluice.snapshot import (
     ALL_ROUTES,
     DEFAULT_SCOPE,
     ConcurrencyLimit,

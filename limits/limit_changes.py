@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from limits.choices import ChangeKind
-from limits.enforcement.snapshot import ConcurrencyLimit, Limit, Policy, describe_limit
 from limits.impact import bucket_kind, compare_caps
+from sluice.snapshot import ConcurrencyLimit, Limit, Policy, describe_limit
 
 __all__ = ["FieldChange", "LimitChange", "cap_changes", "everything", "limit_changes"]
 

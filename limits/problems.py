@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 
-from limits.enforcement import snapshot
-from limits.enforcement.validation import Problem
+from sluice import snapshot
+from sluice.validation import Problem
 
 __all__ = ["InvalidRules", "NothingToPublish", "problem_text"]
 

@@ -32,12 +32,12 @@ from limits.compiling import (
     rules_compile,
 )
 from limits.diffing import rules_diff
-from limits.enforcement import snapshot
-from limits.enforcement.validation import validate_rules
 from limits.notice import notice_check, notice_days
 from limits.problems import InvalidRules, NothingToPublish, problem_text
 from limits.roles import require_publisher
 from limits.selectors import snapshot_rules
+from sluice import snapshot
+from sluice.validation import validate_rules
 
 __all__ = [
     "InvalidRules",

@@ -29,9 +29,9 @@ from limits.compiling import (
     route_to_snapshot,
     rules_compile,
 )
-from limits.enforcement import snapshot
 from limits.publishing import publishing_lock, require_publisher, snapshot_store
 from limits.selectors import snapshot_rules
+from sluice import snapshot
 
 __all__ = ["snapshot_rollback", "working_copy_restore"]
 

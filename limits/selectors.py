@@ -7,8 +7,8 @@ from collections import OrderedDict
 from django.db.models import QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
 
-from limits.enforcement import snapshot
 from limits.models import Snapshot
+from sluice import snapshot
 
 __all__ = [
     "snapshot_document",

@@ -1,7 +1,7 @@
 """Roll the decision stream up into Postgres, and prune what is old.
 
 Gateways write batches of decision events to a Redis stream
-(``limits.enforcement.metrics``). :func:`decision_stream_aggregate` reads it
+(``sluice.metrics``). :func:`decision_stream_aggregate` reads it
 through a consumer group and, one batch of entries per transaction, counts
 events per minute x tenant x route x outcome, adds them to the lifetime
 counters, and keeps the newest rejections of each tenant. Entries are

@@ -1,7 +1,7 @@
 """One batch of decision events, tallied in memory and written with a few statements.
 
 Stream entries come from gateways: every field is checked, and an event that
-does not read as the format of ``limits.enforcement.metrics`` is counted as
+does not read as the format of ``sluice.metrics`` is counted as
 malformed and skipped, so that one bad gateway can never stop the aggregation.
 """
 

@@ -20,14 +20,14 @@ from api.serializers.snapshots import (
 )
 from api.views.base import StrictQueryMixin, actor_from
 from limits.diffing import snapshot_diff
-from limits.enforcement.resolver import Candidate
-from limits.enforcement.snapshot import Policy, describe_limit
 from limits.explain import explain
 from limits.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
 from limits.selectors import snapshot_get_active, snapshot_list
+from sluice.resolver import Candidate
+from sluice.snapshot import Policy, describe_limit
 
 
 def _active_version() -> int | None:

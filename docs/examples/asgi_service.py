@@ -1,7 +1,7 @@
 """An ASGI service behind Sluice (docs/gateway-integration.md; run by tests/test_docs_examples.py)."""
 
-from limits.enforcement import AsyncLimiter, Identity, SnapshotSource, connect_async
-from limits.enforcement.asgi import RateLimitMiddleware
+from sluice import AsyncLimiter, Identity, SnapshotSource, connect_async
+from sluice.asgi import RateLimitMiddleware
 
 
 async def search(scope, receive, send):

@@ -1,7 +1,7 @@
 """A WSGI service behind Sluice (docs/gateway-integration.md; run by tests/test_docs_examples.py)."""
 
-from limits.enforcement import Identity, Limiter, SnapshotSource, connect
-from limits.enforcement.wsgi import RateLimitMiddleware
+from sluice import Identity, Limiter, SnapshotSource, connect
+from sluice.wsgi import RateLimitMiddleware
 
 
 def orders(environ, start_response):

@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Q
 
 from limits.choices import Dimension, LimitKind, Period
-from limits.enforcement.quota import (
+from sluice.quota import (
     DEFAULT_LEASE_MS,
     DEFAULT_TIMEOUT,
     MAX_LEASE_MS,

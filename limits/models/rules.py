@@ -12,8 +12,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from limits.choices import FailureMode, HttpMethod, ScopeKind
-from limits.enforcement.routing import PatternError, parse_path_pattern
-from limits.enforcement.snapshot import ALL_ROUTES, scope_key
+from sluice.routing import PatternError, parse_path_pattern
+from sluice.snapshot import ALL_ROUTES, scope_key
 
 from .base import RuleModel
 

@@ -26,7 +26,7 @@ class Snapshot(models.Model):
     is published to take effect no later than this one. A database trigger
     (migration ``snapshot_immutable``) refuses any other UPDATE and every DELETE.
 
-    ``content`` is the canonical document of ``limits.enforcement.snapshot``;
+    ``content`` is the canonical document of ``sluice.snapshot``;
     ``hash`` is its SHA-256 and the HTTP ETag. The author is kept as text, not a
     foreign key, so that deleting or renaming a user touches no published version.
     """

@@ -8,10 +8,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from limits.audit import Actor
-from limits.enforcement import STREAM_KEY
 from limits.metrics import SNAPSHOT_POLLS, metric_increment
 from limits.publishing import snapshot_publish
 from limits.stats import decision_stream_aggregate
+from sluice import STREAM_KEY
 
 pytestmark = pytest.mark.django_db
 

@@ -10,10 +10,10 @@ from django.utils import timezone
 
 from limits.audit import Actor
 from limits.bundle import snapshot_bundle_get
-from limits.enforcement.bundle import parse_bundle_bytes
 from limits.models import GatewayToken, Limit
 from limits.publishing import snapshot_publish
 from limits.tokens import token_create, token_revoke
+from sluice.bundle import parse_bundle_bytes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
 

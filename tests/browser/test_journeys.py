@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from limits.audit import Actor
-from limits.enforcement.source import PollResult, SnapshotSource
 from limits.models import GatewayToken, Policy
 from limits.tokens import token_create
+from sluice.source import PollResult, SnapshotSource
 from tests.browser.conftest import login, save_screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,10 +115,10 @@ def test_fleet__demo_gateway_polls__shown_in_sync(
 
 def test_dashboard__limited_traffic__charts_render_with_data(page, redis_server):
     # Given a gateway that limited initech on search, its decisions streamed and rolled up
-    from limits.enforcement import Limiter, connect
-    from limits.enforcement.metrics import DecisionEvents
     from limits.selectors import snapshot_document, snapshot_get_active
     from limits.stats import decision_stream_aggregate
+    from sluice import Limiter, connect
+    from sluice.metrics import DecisionEvents
 
     events = DecisionEvents(
         connect(redis_server.url, timeout=1.0), gateway_id="demo-gateway"

@@ -1,6 +1,6 @@
 """Publish -> a gateway polls the real control plane -> it enforces, and the fleet sees it.
 
-The client (limits.enforcement.SnapshotSource) and the server (api/) are tested
+The client (sluice.SnapshotSource) and the server (api/) are tested
 against each other over HTTP, with Django served by pytest-django's live server.
 """
 
@@ -8,11 +8,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from limits.audit import Actor
-from limits.enforcement import Limiter
-from limits.enforcement.source import PollResult, SnapshotSource
 from limits.models import GatewayToken
 from limits.publishing import snapshot_publish
 from limits.tokens import token_create
+from sluice import Limiter
+from sluice.source import PollResult, SnapshotSource
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

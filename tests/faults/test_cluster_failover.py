@@ -8,8 +8,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from limits.enforcement import CircuitBreaker, Limiter
-from limits.enforcement.bucket import connect
+from sluice import CircuitBreaker, Limiter
+from sluice.bucket import connect
 from tests.faults.traffic import (
     RULES,
     Seen,

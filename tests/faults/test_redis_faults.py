@@ -13,8 +13,8 @@ import time
 import pytest
 import redis
 
-from limits.enforcement import BreakerState, CircuitBreaker, Limiter
-from limits.enforcement.bucket import SCRIPT, connect
+from sluice import BreakerState, CircuitBreaker, Limiter
+from sluice.bucket import SCRIPT, connect
 from tests.faults.traffic import (
     RULES,
     Traffic,

@@ -13,8 +13,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from limits.enforcement import BreakerState, Decision, Limiter, Outcome
-from tests.enforcement.factories import limit, policy, rules, snapshot
+from sluice import BreakerState, Decision, Limiter, Outcome
+from tests.client.factories import limit, policy, rules, snapshot
 
 #: Generous limits: nothing is rejected unless the store is down.
 RULES = snapshot(rules(policy("default", "*", limit("tenant", 100_000, 1, 100_000))))

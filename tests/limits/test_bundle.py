@@ -17,9 +17,9 @@ from limits.bundle import (
     snapshot_bundle_get,
     snapshot_bundle_sync,
 )
-from limits.enforcement import Snapshot as SnapshotDocument
 from limits.models import Limit
 from limits.publishing import snapshot_activate_due, snapshot_publish
+from sluice import Snapshot as SnapshotDocument
 
 # These tests are about publishing mechanics, not the notice period.
 pytestmark = pytest.mark.usefixtures("no_notice_period")

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from limits.choices import ChangeKind
 from limits.diffing import ACTIVE, WORKING_COPY, rules_diff, snapshot_diff
-from limits.enforcement import (
+from limits.publishing import snapshot_publish
+from sluice import (
     Dimension,
     Limit,
     Policy,
@@ -20,8 +21,7 @@ from limits.enforcement import (
     Rules,
     validate_rules,
 )
-from limits.publishing import snapshot_publish
-from tests.enforcement.strategies import NOW, limits, rule_sets
+from tests.client.strategies import NOW, limits, rule_sets
 
 # These tests are about publishing mechanics, not the notice period.
 pytestmark = pytest.mark.usefixtures("no_notice_period")

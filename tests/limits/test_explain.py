@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from limits.enforcement import Level, Resolver, Snapshot
 from limits.explain import ExplainSource, explain
 from limits.models import Limit
 from limits.publishing import snapshot_publish
+from sluice import Level, Resolver, Snapshot
 
 
 @pytest.fixture

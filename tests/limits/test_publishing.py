@@ -16,7 +16,6 @@ from django.utils import timezone
 from limits.audit import Actor
 from limits.choices import AuditAction, Dimension, ScopeKind
 from limits.compiling import rules_compile
-from limits.enforcement import Snapshot as SnapshotDocument
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tier
 from limits.models.snapshots import SnapshotStatus
 from limits.publishing import (
@@ -26,6 +25,7 @@ from limits.publishing import (
     snapshot_publish,
 )
 from limits.selectors import snapshot_get_active, snapshot_list
+from sluice import Snapshot as SnapshotDocument
 from tests.conftest import default_policy
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory
 

@@ -9,8 +9,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from limits.enforcement import STREAM_KEY, DecisionEvents, Limiter
-from limits.enforcement.bucket import connect
 from limits.models import DecisionMinute, Rejection, StatCounter, StreamEntry
 from limits.stats import (
     CONSUMER,
@@ -19,7 +17,9 @@ from limits.stats import (
     stats_apply,
     stats_prune,
 )
-from tests.enforcement.factories import limit, policy, rules, snapshot
+from sluice import STREAM_KEY, DecisionEvents, Limiter
+from sluice.bucket import connect
+from tests.client.factories import limit, policy, rules, snapshot
 
 pytestmark = pytest.mark.django_db
 

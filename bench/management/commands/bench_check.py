@@ -10,9 +10,9 @@ import json
 from django.core.management.base import BaseCommand
 
 from limits.bundle import snapshot_bundle_build, snapshot_bundle_etag
-from limits.enforcement import Snapshot as Document
 from limits.models import Snapshot
 from limits.selectors import snapshot_get_active
+from sluice import Snapshot as Document
 
 
 class Command(BaseCommand):

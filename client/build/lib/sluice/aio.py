@@ -1,0 +1,111 @@
+"""The asyncio twin of :class:`~.limiter.Limiter`, over ``redis.asyncio``.
+
+Same rules, same keys, same scripts, same failure handling, hot-key options,
+concurrency slots and decision events (the shared :class:`~.limiter.LimiterCore`);
+only the Redis calls are awaited.
+"""
+
+from __future__ import annotations
+
+from typing import Unpack
+
+import redis
+import redis.asyncio
+
+from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
+from .bundle import Bundle, SnapshotProvider
+from .decision import Decision
+from .engine import Engine, Prepared
+from .failure import CircuitBreaker
+from .hot import HotCall
+from .limiter import CoreOptions, LimiterCore, logger
+from .scripts import HOT, RELEASE, AsyncScript
+from .snapshot import Snapshot
+
+__all__ = ["AsyncLimiter"]
+
+
+class AsyncLimiter(LimiterCore):
+    """Asyncio limiter over a ``redis.asyncio`` Redis or RedisCluster client, or a URL."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | str,
+        rules: SnapshotProvider | Snapshot | Bundle,
+        *,
+        timeout: float = 0.005,
+        **options: Unpack[CoreOptions],
+    ) -> None:
+        super().__init__(rules, **options)
+        if isinstance(client, str):
+            client = connect_async(client, timeout=timeout)
+        self.watch_nodes(client)
+        self.bucket = AsyncTokenBucket(client)
+        self.hot = AsyncScript(client, HOT)
+        self._release = AsyncScript(client, RELEASE)
+
+    async def decide(
+        self,
+        *,
+        route: str | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        api_key: str | None = None,
+        ip: str | None = None,
+    ) -> Decision:
+        """Decide one request; see :meth:`.limiter.Limiter.decide`."""
+        engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
+        return self.record(tenant, await self._decide(engine, prepared))
+
+    async def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
+        if self.rejections.entries:
+            cached = self.cached_rejection(engine, prepared)
+            if cached is not None:
+                return cached
+        breaker = self.breaker_for(prepared)
+        if not breaker.allow():
+            return self.fail(engine, prepared, "circuit open", breaker)
+        if prepared.plan.hot:
+            return await self._decide_hot(engine, prepared, breaker)
+        try:
+            reply = await self.bucket(prepared.keys, prepared.plan.args)
+        except STORE_ERRORS as exc:
+            return self.store_failed(engine, prepared, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
+        if reply[0] == 0:
+            self.remember(prepared, reply)
+        return engine.decision(prepared, reply)
+
+    async def _decide_hot(
+        self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
+    ) -> Decision:
+        call = self.hot_begin(engine, prepared)
+        if not isinstance(call, HotCall):
+            return call
+        try:
+            reply = await self.hot(call.keys, call.args)
+        except STORE_ERRORS as exc:
+            return self.hot_failed(engine, prepared, call, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
+        return self.hot_finish(engine, prepared, call, reply)
+
+    async def release(self, decision: Decision) -> None:
+        """Give back the slots ``decision`` holds; see :meth:`.limiter.Limiter.release`."""
+        held = decision.held
+        if held is None:
+            return
+        if held.local:
+            self.slots.release(held.keys)
+            return
+        try:
+            await self._release(held.keys, [held.member.encode()])
+        except redis.RedisError as exc:
+            logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)
+
+    async def aclose(self) -> None:
+        """Close the Redis client's connections."""
+        await self.bucket.client.aclose()

@@ -1,0 +1,189 @@
+"""The bundle a gateway receives (active and scheduled snapshots), and where limiters get rules.
+
+A limiter asks a :class:`SnapshotProvider` for the snapshot in force on every
+request, so ``current()`` must be cheap: :class:`Bundle` precomputes the next
+switch time and answers with one comparison. The wire format is in
+``docs/gateway-protocol.md``::
+
+    {"active": {...snapshot...}, "scheduled": [{...snapshot...}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from .errors import SnapshotError
+from .rules import fallback_rules
+from .snapshot import Snapshot
+
+__all__ = [
+    "Bundle",
+    "SnapshotProvider",
+    "StaticSource",
+    "fallback_snapshot",
+    "parse_bundle",
+    "parse_bundle_bytes",
+    "read_bundle_file",
+    "write_bundle_file",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class SnapshotProvider(Protocol):
+    """Anything that hands a limiter the snapshot in force right now."""
+
+    def current(self) -> Snapshot: ...
+
+
+def fallback_snapshot() -> Snapshot:
+    """Version 0: the built-in strict rules of a gateway that has no snapshot at all."""
+    return Snapshot.build(
+        version=0,
+        parent=None,
+        published_at=_EPOCH,
+        effective_at=_EPOCH,
+        rules=fallback_rules(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """The active snapshot and those published to take effect later, sorted by time."""
+
+    active: Snapshot
+    scheduled: tuple[Snapshot, ...] = ()
+    _times: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.scheduled, key=lambda s: s.effective_at))
+        object.__setattr__(self, "scheduled", ordered)
+        object.__setattr__(
+            self, "_times", tuple(s.effective_at.timestamp() for s in ordered)
+        )
+
+    def in_force(self, now: float) -> Snapshot:
+        """The snapshot to enforce at ``now`` (epoch seconds): the latest one already effective."""
+        if not self._times or now < self._times[0]:
+            return self.active
+        snapshot = self.active
+        for moment, scheduled in zip(self._times, self.scheduled, strict=True):
+            if moment > now:
+                break
+            snapshot = scheduled
+        return snapshot
+
+    def next_switch(self, now: float) -> float:
+        """Epoch seconds of the next scheduled switch after ``now``; infinity if none."""
+        return next((t for t in self._times if t > now), float("inf"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "active": self.active.to_json(),
+            "scheduled": [s.to_json() for s in self.scheduled],
+        }
+
+
+def parse_bundle(data: Any) -> Bundle:
+    """Parse and verify every snapshot of a bundle; raise SnapshotError naming the first fault."""
+    if not isinstance(data, dict) or set(data) != {"active", "scheduled"}:
+        raise SnapshotError("$", "a bundle is an object with 'active' and 'scheduled'")
+    if not isinstance(data["scheduled"], list):
+        raise SnapshotError("scheduled", "must be an array")
+    active = _snapshot(data["active"], "active")
+    scheduled = tuple(
+        _snapshot(item, f"scheduled[{index}]")
+        for index, item in enumerate(data["scheduled"])
+    )
+    for index, snapshot in enumerate(scheduled):
+        if snapshot.version <= active.version:
+            raise SnapshotError(
+                f"scheduled[{index}].version",
+                f"{snapshot.version} is not after the active version {active.version}",
+            )
+    return Bundle(active, scheduled)
+
+
+def parse_bundle_bytes(raw: bytes) -> Bundle:
+    """:func:`parse_bundle` of raw JSON bytes."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError("$", f"not valid JSON: {exc}") from None
+    return parse_bundle(data)
+
+
+def _snapshot(data: Any, path: str) -> Snapshot:
+    try:
+        return Snapshot.from_json(data)
+    except SnapshotError as exc:
+        raise SnapshotError(f"{path}.{exc.path}", exc.message) from None
+
+
+def write_bundle_file(path: Path, bundle: Bundle, etag: str | None) -> None:
+    """Write the last good bundle so that a crash never leaves a half-written file.
+
+    The bytes go to a temporary file in the same directory, are fsynced, then
+    renamed over ``path`` (atomic on POSIX), and the directory is fsynced so the
+    rename itself survives a power cut.
+    """
+    data = json.dumps({"etag": etag, "bundle": bundle.to_json()}, sort_keys=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def read_bundle_file(path: Path) -> tuple[Bundle, str | None]:
+    """Read what :func:`write_bundle_file` wrote; raise SnapshotError if it is not that."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError("$", f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or set(data) != {"etag", "bundle"}:
+        raise SnapshotError(
+            "$", "not a Sluice bundle file (expects 'etag' and 'bundle')"
+        )
+    etag = data["etag"]
+    if etag is not None and not isinstance(etag, str):
+        raise SnapshotError("etag", "must be a string or null")
+    return parse_bundle(data["bundle"]), etag
+
+
+class StaticSource:
+    """A provider over a fixed bundle (or one snapshot): tests, scripts, benchmarks.
+
+    Scheduled snapshots still switch at their effective time, by ``wall`` time.
+    """
+
+    def __init__(
+        self,
+        rules: Snapshot | Bundle,
+        *,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.bundle = rules if isinstance(rules, Bundle) else Bundle(rules)
+        self._wall = wall
+
+    def current(self) -> Snapshot:
+        return self.bundle.in_force(self._wall())

@@ -1,0 +1,99 @@
+"""The answer of the limiter: a :class:`Decision` and the state of each limit behind it.
+
+:mod:`.headers` renders a decision to HTTP; nothing else recomputes it.
+
+Both are typed ``NamedTuple`` values (like ``limits.WindowStats``), not frozen
+dataclasses: every request builds one decision and a status per limit, and on
+these machines a frozen dataclass costs ~2 µs more to build than a tuple
+(``docs/benchmarks.md``). They are just as immutable and carry no ``__dict__``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+from .quota import ConcurrencyLimit
+from .rules import Limit, Policy
+
+__all__ = ["Decision", "Held", "LimitStatus", "Outcome"]
+
+
+class Outcome(StrEnum):
+    """What happened to a request, as decision events and dashboards count it."""
+
+    ALLOWED = "allowed"  #: every limit admitted
+    LIMITED = "limited"  #: a limit rejected: 429
+    SHADOW_LIMITED = (
+        "shadow_limited"  #: admitted, but a shadow limit would have rejected
+    )
+    FAIL_OPEN = (
+        "fail_open"  #: the store failed and the route fails open: admitted unchecked
+    )
+    FAIL_CLOSED = "fail_closed"  #: the store failed and the route fails closed: 503
+    LOCAL = "local"  #: the store failed and an in-process bucket decided
+
+
+class LimitStatus(NamedTuple):
+    """One limit of the policy after the decision: its bucket (or slot set) and what it said.
+
+    For a concurrency limit, ``quota`` is the most requests in flight,
+    ``remaining`` the free slots after the decision, ``window`` and ``reset`` 0.
+    """
+
+    limit: Limit | ConcurrencyLimit  #: the limit as published in the snapshot
+    name: str  #: its policy name in headers, e.g. ``user-s``
+    key: str  #: the Redis key of its bucket
+    quota: int  #: the bucket's capacity in tokens (the burst): IETF ``q``
+    window: int  #: whole seconds to refill the full bucket from empty: IETF ``w``
+    fits: bool  #: whether this limit admitted the request
+    remaining: int  #: whole tokens left in the bucket after the decision
+    reset: float  #: seconds until the bucket is full again
+    retry_after: float  #: seconds until the request would fit; 0.0 when it fits
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether this is a concurrency limit (requests in flight), not a bucket."""
+        return isinstance(self.limit, ConcurrencyLimit)
+
+
+class Held(NamedTuple):
+    """Concurrency slots an admitted request holds until :meth:`Limiter.release`."""
+
+    keys: tuple[str, ...]  #: the in-flight sets it joined
+    member: str  #: its request id in them
+    local: bool = False  #: held in process (the ``local`` failure mode), not in Redis
+
+
+class Decision(NamedTuple):
+    """Whether to serve a request, which limit decided, and what to tell the client.
+
+    ``limit``, ``remaining`` and ``reset`` describe the deciding limit: the one
+    that rejected (the longest wait first) or, when admitted, the one closest to
+    rejecting. A degraded decision was made without Redis (see :mod:`.failure`).
+    """
+
+    allowed: bool  #: serve the request
+    status: int  #: 200 when allowed, 429 rate limited, 503 limiter unavailable
+    outcome: Outcome
+    deciding: LimitStatus | None  #: the deciding limit; None when no bucket decided
+    limit: int  #: the deciding limit's quota (burst); 0 when none decided
+    remaining: int  #: tokens left in the deciding limit's bucket
+    reset: float  #: seconds until the deciding limit's bucket is full again
+    retry_after: float | None  #: seconds to wait; None when allowed
+    policy: Policy  #: the policy whose limits applied
+    snapshot_version: int  #: the snapshot that policy came from
+    route: str | None  #: the matched route slug; None when no route matched
+    statuses: tuple[
+        LimitStatus, ...
+    ]  #: every limit of the policy, shadow ones included
+    shadow: bool = False  #: a shadow limit would have rejected this request
+    degraded: bool = False  #: decided without Redis (open, closed or local)
+    fail_open: bool = False  #: admitted unchecked because the store failed
+    error: str | None = None  #: why the store was not used, for logs
+    held: Held | None = None  #: concurrency slots to release when the response ends
+
+    @property
+    def violated(self) -> tuple[LimitStatus, ...]:
+        """The enforcing limits that rejected the request (empty when allowed)."""
+        return tuple(s for s in self.statuses if not s.fits and not s.limit.shadow)

@@ -1,0 +1,171 @@
+"""A :class:`~.decision.Decision` as HTTP: status, RateLimit fields, Retry-After, JSON body.
+
+Fields follow draft-ietf-httpapi-ratelimit-headers-10. Every enforcing limit of
+the policy is one named quota policy (``<dimension>-<period unit>``, e.g.
+``user-s``); the token bucket maps onto it as follows (``docs/enforcement.md``):
+
+- ``q`` (RateLimit-Policy): the bucket's capacity, its burst, in requests of cost 1;
+- ``w`` (RateLimit-Policy): whole seconds to refill the full bucket from empty,
+  rounded up, so ``q / w`` is the sustained rate and never more;
+- ``r`` (RateLimit): whole tokens left after this request;
+- ``t`` (RateLimit): seconds, rounded up, until the bucket is full again; for a
+  limit that rejected, until the request would fit (then equal to Retry-After,
+  which the draft says must not come before ``t``).
+
+A concurrency limit (``<dimension>-concurrent``) is a policy in the draft's
+``concurrent-requests`` quota unit: ``q`` the most requests in flight and no
+``w`` (there is no window); ``r`` the free slots, ``t`` 0 while one is free, else
+the Retry-After hint.
+
+Shadow limits are never advertised. A degraded decision (made without Redis)
+carries no RateLimit fields: its numbers are not the published ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+
+from .decision import Decision, LimitStatus
+
+__all__ = [
+    "PROBLEM_QUOTA_EXCEEDED",
+    "PROBLEM_REDUCED_CAPACITY",
+    "Response",
+    "error_response",
+    "rate_limit_headers",
+    "retry_after_seconds",
+    "status_line",
+]
+
+PROBLEM_QUOTA_EXCEEDED = (
+    "https://iana.org/assignments/http-problem-types#quota-exceeded"
+)
+PROBLEM_REDUCED_CAPACITY = (
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A complete HTTP answer for a rejected request."""
+
+    status: int  #: 429 or 503
+    headers: list[tuple[str, str]]
+    body: bytes  #: application/problem+json
+
+
+def status_line(status: int) -> str:
+    """``429 Too Many Requests``: the WSGI status string."""
+    return f"{status} {HTTPStatus(status).phrase}"
+
+
+def _advertised(decision: Decision) -> list[LimitStatus]:
+    if decision.degraded:
+        return []
+    return [s for s in decision.statuses if not s.limit.shadow]
+
+
+def _t(status: LimitStatus) -> int:
+    return math.ceil(status.reset if status.fits else status.retry_after)
+
+
+def _policy_item(status: LimitStatus) -> str:
+    if status.concurrent:
+        return f'"{status.name}";q={status.quota};qu="concurrent-requests"'
+    return f'"{status.name}";q={status.quota};w={status.window}'
+
+
+def rate_limit_headers(
+    decision: Decision,
+    *,
+    github: bool = False,
+    wall: Callable[[], float] = time.time,
+) -> list[tuple[str, str]]:
+    """``RateLimit-Policy`` and ``RateLimit`` (and ``X-RateLimit-*`` when ``github``)."""
+    statuses = _advertised(decision)
+    if not statuses:
+        return []
+    headers = [
+        (
+            "RateLimit-Policy",
+            ", ".join(_policy_item(s) for s in statuses),
+        ),
+        (
+            "RateLimit",
+            ", ".join(f'"{s.name}";r={s.remaining};t={_t(s)}' for s in statuses),
+        ),
+    ]
+    deciding = decision.deciding
+    if github and deciding is not None:
+        headers += [
+            ("X-RateLimit-Limit", str(deciding.quota)),
+            ("X-RateLimit-Remaining", str(deciding.remaining)),
+            ("X-RateLimit-Reset", str(math.ceil(wall() + deciding.reset))),
+        ]
+    return headers
+
+
+def retry_after_seconds(
+    decision: Decision,
+    *,
+    jitter: float = 0.0,
+    rng: Callable[[], float] = random.random,
+) -> int:
+    """Whole seconds to wait, rounded up, at least 1, plus up to ``jitter`` seconds.
+
+    Jitter spreads clients that were rejected together, so they do not all come
+    back in the same second.
+    """
+    wait = decision.retry_after or 0.0
+    return max(1, math.ceil(wait + jitter * rng()))
+
+
+def error_response(
+    decision: Decision,
+    *,
+    github: bool = False,
+    jitter: float = 0.0,
+    rng: Callable[[], float] = random.random,
+    wall: Callable[[], float] = time.time,
+) -> Response:
+    """The 429 (rate limited) or 503 (limiter unavailable) answer to a rejected request."""
+    seconds = retry_after_seconds(decision, jitter=jitter, rng=rng)
+    headers = [
+        ("Content-Type", "application/problem+json"),
+        ("Retry-After", str(seconds)),
+        *rate_limit_headers(decision, github=github, wall=wall),
+    ]
+    body = json.dumps(_problem(decision, seconds)).encode()
+    return Response(decision.status, headers, body)
+
+
+def _problem(decision: Decision, seconds: int) -> dict[str, object]:
+    """The problem+json body, with the plain ``error``/``message`` members as well."""
+    violated = [s.name for s in decision.violated]
+    if decision.status == 503:
+        problem, code = PROBLEM_REDUCED_CAPACITY, "limiter_unavailable"
+        message = f"The rate limiter is unavailable; retry in {seconds} s."
+    elif any(s.concurrent for s in decision.violated):
+        problem, code = PROBLEM_QUOTA_EXCEEDED, "too_many_concurrent_requests"
+        named = ", ".join(violated)
+        message = f"Too many requests in flight ({named}); retry in {seconds} s."
+    else:
+        problem, code = PROBLEM_QUOTA_EXCEEDED, "rate_limited"
+        named = ", ".join(violated) or "quota"
+        message = f"Rate limit exceeded ({named}); retry in {seconds} s."
+    return {
+        "type": problem,
+        "title": HTTPStatus(decision.status).phrase,
+        "status": decision.status,
+        "detail": message,
+        "error": code,
+        "message": message,
+        "retry_after_seconds": seconds,
+        "violated-policies": violated,
+    }

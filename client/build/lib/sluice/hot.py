@@ -1,0 +1,124 @@
+"""Decisions of policies with leases or concurrency limits: the ``hot.lua`` path.
+
+A decision here is two steps around one Redis call, shared by the sync and
+asyncio limiters: :func:`hot_begin` spends leased tokens where it can and
+returns either a finished :class:`~.decision.Decision` (every bucket paid from
+leases and no slot to take: no Redis call at all) or the :class:`HotCall` to
+send; :func:`hot_finish` turns the reply into the Decision, refills the lease
+pools and, for an admitted request, records the slots it holds.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .concurrency import slot_statuses
+from .decision import Decision, Held
+from .engine import Engine, Prepared, bucket_statuses
+from .hotkeys import PAID, REFILL, Leases, RejectCache
+
+__all__ = ["HotCall", "hot_abort", "hot_begin", "hot_finish"]
+
+
+class HotCall(NamedTuple):
+    """What to send to ``hot.lua`` for one request, and what was spent before sending."""
+
+    keys: list[str]  #: buckets, then in-flight sets
+    args: list[bytes]
+    roles: list[
+        int | None
+    ]  #: per bucket: its lease role (see Leases.take), None if unleased
+    request_id: str
+
+
+def hot_begin(
+    engine: Engine, prepared: Prepared, leases: Leases, *, request_id: str, now: int
+) -> Decision | HotCall:
+    """Spend leased tokens; return the Decision when Redis is not needed, else the call."""
+    plan, keys = prepared.plan, prepared.keys
+    roles: list[int | None] = []
+    debts: list[int] = []
+    for index, limit_plan in enumerate(plan.limits):
+        if limit_plan.lease:
+            role, debt = leases.take(keys[index], limit_plan.geometry.increment, now)
+        else:
+            role, debt = None, 0
+        roles.append(role)
+        debts.append(debt)
+    if not prepared.slots and all(role == PAID for role in roles):
+        reply = [1]
+        for debt in debts:
+            reply += [1, debt]
+        return engine.decision(prepared, reply)
+    args = [request_id.encode(), b"%d" % len(plan.limits)]
+    for index, (limit_plan, role) in enumerate(zip(plan.limits, roles, strict=True)):
+        want = 1 if role is None else {PAID: 0, REFILL: limit_plan.lease}.get(role, 1)
+        args += [*plan.args[3 * index : 3 * index + 3], b"%d" % want]
+    for slot in plan.slots:
+        args += slot.args
+    return HotCall([*keys, *prepared.slots], args, roles, request_id)
+
+
+def hot_finish(
+    engine: Engine,
+    prepared: Prepared,
+    call: HotCall,
+    reply: list[int],
+    *,
+    leases: Leases,
+    rejections: RejectCache,
+    now: int,
+) -> Decision:
+    """The Decision for ``reply`` to ``call``; settles leases and remembers rejections."""
+    plan, admitted = prepared.plan, reply[0] == 1
+    _settle(prepared, call, reply, leases, admitted=admitted, now=now)
+    if not admitted:
+        rejections.remember(plan, prepared.keys, reply, now, step=3)
+    offset = 1 + 3 * len(plan.limits)
+    statuses = bucket_statuses(plan, prepared.keys, reply, step=3)
+    statuses += slot_statuses(plan, prepared.slots, reply, offset)
+    decision = engine.conclude(prepared, plan, statuses, admitted)
+    if not admitted or not prepared.slots:
+        return decision
+    taken = tuple(
+        key
+        for index, key in enumerate(prepared.slots)
+        if reply[offset + 2 * index] == 1
+    )
+    return decision._replace(held=Held(taken, call.request_id)) if taken else decision
+
+
+def _settle(
+    prepared: Prepared,
+    call: HotCall,
+    reply: list[int],
+    leases: Leases,
+    *,
+    admitted: bool,
+    now: int,
+) -> None:
+    """Tell the lease pools how the request ended (a refill, or tokens given back)."""
+    for index, (limit_plan, role) in enumerate(
+        zip(prepared.plan.limits, call.roles, strict=True)
+    ):
+        if role is not None:
+            leases.settle(
+                prepared.keys[index],
+                role,
+                increment=limit_plan.geometry.increment,
+                admitted=admitted,
+                granted=reply[3 * index + 3],
+                debt=reply[3 * index + 2],
+                now=now,
+                lease_us=limit_plan.lease_us,
+            )
+
+
+def hot_abort(prepared: Prepared, call: HotCall, leases: Leases) -> None:
+    """The call failed (Redis error): give back what :func:`hot_begin` spent."""
+    for index, role in enumerate(call.roles):
+        if role is not None:
+            increment = prepared.plan.limits[index].geometry.increment
+            leases.settle(
+                prepared.keys[index], role, increment=increment, admitted=False
+            )

@@ -1,0 +1,185 @@
+"""In-process helpers for hot keys: the cache of rejected buckets, and leased tokens.
+
+Both only ever hold what Redis said; neither invents tokens:
+
+- :class:`RejectCache` remembers, for a bucket that rejected, when its debt is
+  paid off. Debt only shrinks with time, and other gateways can only add to it,
+  so the remembered debt is a lower bound: a request that does not fit it would
+  not fit in Redis either. An abusive client is then rejected without a Redis
+  call until its retry-after has passed.
+- :class:`Leases` holds tokens a gateway took from a bucket in one call (the
+  ``hot.lua`` script charged them in Redis) and spends them in process until
+  they run out or their lease time ends. Unspent tokens are lost, never given
+  back: a lease can make the fleet admit early, never admit more than Redis
+  granted (the bound is in ``docs/enforcement.md``).
+
+Times are integer microseconds of a local monotonic clock; the bucket arithmetic
+is the script's (:mod:`.bucket`), so only durations are compared with Redis time.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .plans import PolicyPlan
+
+__all__ = ["PAID", "REFILL", "SINGLE", "Leases", "RejectCache"]
+
+PAID, REFILL, SINGLE = 0, 1, 2  #: what :meth:`Leases.take` asks of a request
+
+
+class RejectCache:
+    """Buckets known to reject until a moment, learned from rejections (``max_keys`` 0: off)."""
+
+    def __init__(self, *, max_keys: int = 100_000) -> None:
+        self.max_keys = max_keys
+        self.entries: dict[str, int] = {}  #: bucket key -> when its debt is paid, µs
+        self.hits = 0  #: requests rejected from the cache, without Redis
+
+    def remember(
+        self,
+        plan: PolicyPlan,
+        keys: list[str],
+        reply: list[int],
+        now: int,
+        step: int = 2,
+    ) -> None:
+        """Note the enforcing buckets that did not fit in ``reply`` (``step`` values per bucket)."""
+        if not self.max_keys:
+            return
+        if len(self.entries) >= self.max_keys:  # many abusers at once: start afresh
+            self.entries.clear()
+        for index, limit_plan in enumerate(plan.limits):
+            at = step * index + 1
+            if reply[at] != 1 and not limit_plan.limit.shadow:
+                self.entries[keys[index]] = now + reply[at + 1]
+
+    def check(self, plan: PolicyPlan, keys: list[str], now: int) -> list[int] | None:
+        """A rejecting reply in the token-bucket script's shape, or None: ask Redis.
+
+        Buckets that are not remembered are reported with no debt: their real
+        state is unknown (the headers of such an answer overstate them).
+        """
+        entries, debts, reject = self.entries, [], False
+        for index, limit_plan in enumerate(plan.limits):
+            paid = entries.get(keys[index])
+            debt = 0 if paid is None else paid - now
+            if debt <= 0:
+                if paid is not None:
+                    entries.pop(keys[index], None)
+                debt = 0
+            elif not limit_plan.limit.shadow:
+                shape = limit_plan.geometry
+                reject = reject or debt + shape.increment > shape.capacity
+            debts.append(debt)
+        if not reject:
+            return None
+        self.hits += 1
+        reply = [0]
+        for debt, limit_plan in zip(debts, plan.limits, strict=True):
+            shape = limit_plan.geometry
+            reply += [int(debt + shape.increment <= shape.capacity), debt]
+        return reply
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+class _Pool:
+    __slots__ = ("at", "balance", "debt", "expires", "refilling")
+
+    def __init__(self) -> None:
+        self.balance = 0  #: µs of refill time leased and not yet spent
+        self.expires = 0  #: when the unspent balance is dropped
+        self.debt = 0  #: the bucket's debt in Redis after the lease, µs
+        self.at = 0  #: when that debt was read
+        self.refilling = False  #: a request is taking a new lease for this key
+
+
+class Leases:
+    """Leased tokens per bucket key, spent in process; thread-safe.
+
+    A gateway process holds at most one lease per key: while one request takes
+    a new lease, the others that find the pool empty decide one by one in Redis
+    instead of leasing too.
+    """
+
+    def __init__(self, *, max_keys: int = 100_000) -> None:
+        self.max_keys = max_keys
+        self._pools: dict[str, _Pool] = {}
+        self._lock = threading.Lock()
+        self.local = 0  #: requests served from leased tokens
+        self.taken = 0  #: leases taken
+
+    def take(self, key: str, increment: int, now: int) -> tuple[int, int]:
+        """Spend one request of ``increment`` µs from the key's pool.
+
+        Return ``(role, debt)``: :data:`PAID` when the pool paid (``debt``
+        estimates the bucket's debt now), :data:`REFILL` when this request is to
+        take a new lease, :data:`SINGLE` when another request is taking it (this
+        one is decided in Redis on its own).
+        """
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                if len(self._pools) >= self.max_keys:
+                    self._forget(now)
+                pool = self._pools[key] = _Pool()
+            if pool.expires > now and pool.balance >= increment:
+                pool.balance -= increment
+                self.local += 1
+                return PAID, max(0, pool.debt - (now - pool.at))
+            if pool.refilling:
+                return SINGLE, 0
+            pool.refilling = True
+            return REFILL, 0
+
+    def settle(
+        self,
+        key: str,
+        role: int,
+        *,
+        increment: int,
+        admitted: bool,
+        granted: int = 0,
+        debt: int = 0,
+        now: int = 0,
+        lease_us: int = 0,
+    ) -> None:
+        """Record how the request that took ``role`` for ``key`` ended.
+
+        A paid request that was rejected (by another limit) or not decided gets
+        its tokens back: a rejected request consumes nothing. A refill that was
+        admitted fills the pool with ``granted`` requests' worth, one of them
+        this request's; ``debt`` is the bucket's debt after it, read ``now``.
+        """
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None or role == SINGLE:
+                return
+            if role == PAID:
+                if not admitted:
+                    pool.balance += increment
+                return
+            pool.refilling = False
+            if admitted and granted:
+                self.taken += 1
+                pool.balance = (granted - 1) * increment
+                pool.expires, pool.debt, pool.at = now + lease_us, debt, now
+
+    def _forget(self, now: int) -> None:
+        """Drop the pools that hold nothing spendable (called under the lock)."""
+        idle = [
+            key
+            for key, pool in self._pools.items()
+            if not pool.refilling and (pool.expires <= now or not pool.balance)
+        ]
+        for key in idle:
+            del self._pools[key]
+
+    def held(self) -> int:
+        """µs of leased refill time held right now, over every key (for tests and benches)."""
+        with self._lock:
+            return sum(pool.balance for pool in self._pools.values())

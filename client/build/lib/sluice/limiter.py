@@ -1,0 +1,347 @@
+"""The limiter gateways call: a request in, a :class:`~.decision.Decision` out.
+
+One decision costs one Redis round trip (EVALSHA of the token-bucket script)
+plus a resolution and some string formatting. Fewer when hot-key options say
+so: a bucket known to reject (:class:`~.hotkeys.RejectCache`) or tokens
+already leased (:mod:`.hot`) decide in process. Policies with leases or
+concurrency limits run ``hot.lua`` instead, still one round trip; a request
+that took concurrency slots must be released (:meth:`Limiter.release`, which
+the middlewares call). :mod:`.aio` is the asyncio twin; both share
+:class:`LimiterCore` and therefore behave the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypedDict, Unpack
+
+import redis
+import redis.asyncio
+
+from .bucket import STORE_ERRORS, TokenBucket, connect
+from .bundle import Bundle, SnapshotProvider, StaticSource
+from .concurrency import LocalSlots, RequestIds
+from .decision import Decision
+from .engine import Engine, Prepared
+from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
+from .hot import HotCall, hot_abort, hot_begin, hot_finish
+from .hotkeys import Leases, RejectCache
+from .metrics import DecisionEvents
+from .rules import FailureMode
+from .scripts import HOT, RELEASE, Script
+from .snapshot import Snapshot
+
+__all__ = ["Limiter", "LimiterCore"]
+
+logger = logging.getLogger("sluice")
+
+#: What a cluster client's slot map raises for a slot it does not hold yet or
+#: does not cover (``LimiterCore.breaker_for``).
+_UNMAPPED: tuple[type[Exception], ...] = (KeyError, IndexError, *STORE_ERRORS)
+
+
+class CoreOptions(TypedDict, total=False):
+    """The options both limiters pass to :class:`LimiterCore` (see its parameters)."""
+
+    breaker: CircuitBreaker | None
+    local: LocalBuckets | None
+    unmatched: FailureMode
+    wall: Callable[[], float]
+    events: DecisionEvents | None
+    reject_cache: bool
+    clock: Callable[[], float]
+
+
+class LimiterCore:
+    """What the sync and asyncio limiters share: rules, breakers, local state, failover.
+
+    ``breaker`` guards the one Redis; on a Redis Cluster it is the model of one
+    breaker per master (:meth:`breaker_for`), so a master that fails only
+    fails over the requests whose keys it holds, not the whole cluster's.
+    ``events`` receives every decision (:class:`~.metrics.DecisionEvents`);
+    ``reject_cache`` turns the cache of rejected buckets off when False;
+    ``clock`` (monotonic seconds) times that cache and the leases.
+    """
+
+    def __init__(
+        self,
+        rules: SnapshotProvider | Snapshot | Bundle,
+        *,
+        breaker: CircuitBreaker | None = None,
+        local: LocalBuckets | None = None,
+        unmatched: FailureMode = FailureMode.LOCAL,
+        wall: Callable[[], float] = time.time,
+        events: DecisionEvents | None = None,
+        reject_cache: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(rules, Snapshot | Bundle):
+            rules = StaticSource(rules, wall=wall)
+        self.source = rules
+        self.breaker = breaker or CircuitBreaker()
+        self.local = local or LocalBuckets()
+        self.slots = LocalSlots(gateways=self.local.gateways)
+        self.unmatched = unmatched
+        self.events = events
+        self.rejections = RejectCache(max_keys=100_000 if reject_cache else 0)
+        self.leases = Leases()
+        self.request_ids = RequestIds()
+        self._wall = wall
+        self._clock = clock
+        self._engine: Engine | None = None
+        self._node_of: Callable[[str], str] | None = None  #: key -> cluster node name
+        self._node_breakers: dict[str, CircuitBreaker] = {}
+
+    def watch_nodes(
+        self,
+        client: redis.Redis
+        | redis.RedisCluster
+        | redis.asyncio.Redis
+        | redis.asyncio.RedisCluster,
+    ) -> None:
+        """Keep a breaker per master when ``client`` is a cluster client (the subclasses call it)."""
+        if isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster):
+            nodes, keyslot = client.nodes_manager, client.keyslot
+            self._node_of = lambda key: nodes.get_node_from_slot(keyslot(key)).name
+
+    def breaker_for(self, prepared: Prepared) -> CircuitBreaker:
+        """The breaker of the Redis node holding ``prepared``'s keys (one hash tag, one node).
+
+        On a cluster, the node comes from the client's slot map, so once a
+        replica is promoted the slots map to it and to its own, closed,
+        breaker. A slot the map does not hold yet (an asyncio client maps the
+        cluster on its first command) or does not cover uses the shared one.
+        """
+        if self._node_of is None:
+            return self.breaker
+        try:
+            node = self._node_of(prepared.keys[0])
+        except _UNMAPPED:
+            return self.breaker
+        breaker = self._node_breakers.get(node)
+        if breaker is None:
+            breaker = self._node_breakers.setdefault(node, self.breaker.like(node))
+        return breaker
+
+    def engine(self) -> Engine:
+        """The engine of the snapshot in force; rebuilt only when the snapshot changes."""
+        snapshot = self.source.current()
+        engine = self._engine
+        if engine is None or engine.snapshot is not snapshot:
+            engine = self._engine = Engine(snapshot, unmatched=self.unmatched)
+            self.rejections.clear()  # remembered debts were judged by the old numbers
+        return engine
+
+    def now(self) -> int:
+        """Monotonic microseconds: the time base of the reject cache and the leases."""
+        return int(self._clock() * 1_000_000)
+
+    def cached_rejection(self, engine: Engine, prepared: Prepared) -> Decision | None:
+        """A rejection decided from the reject cache, or None (ask Redis)."""
+        reply = self.rejections.check(prepared.plan, prepared.keys, self.now())
+        return None if reply is None else engine.decision(prepared, reply)
+
+    def remember(self, prepared: Prepared, reply: list[int]) -> None:
+        """Note the buckets of a rejection (token-bucket reply) in the reject cache."""
+        self.rejections.remember(prepared.plan, prepared.keys, reply, self.now())
+
+    def hot_begin(self, engine: Engine, prepared: Prepared) -> Decision | HotCall:
+        """See :func:`.hot.hot_begin`."""
+        return hot_begin(
+            engine, prepared, self.leases, request_id=self.request_ids(), now=self.now()
+        )
+
+    def hot_finish(
+        self, engine: Engine, prepared: Prepared, call: HotCall, reply: list[int]
+    ) -> Decision:
+        """See :func:`.hot.hot_finish`."""
+        return hot_finish(
+            engine,
+            prepared,
+            call,
+            reply,
+            leases=self.leases,
+            rejections=self.rejections,
+            now=self.now(),
+        )
+
+    def hot_failed(
+        self,
+        engine: Engine,
+        prepared: Prepared,
+        call: HotCall,
+        exc: Exception,
+        breaker: CircuitBreaker,
+    ) -> Decision:
+        hot_abort(prepared, call, self.leases)
+        return self.store_failed(engine, prepared, exc, breaker)
+
+    def record(self, tenant: str | None, decision: Decision) -> Decision:
+        """Hand ``decision`` to the decision events, if any; return it."""
+        if self.events is not None:
+            self.events.add(tenant, decision)
+        return decision
+
+    def prepare(
+        self,
+        route: str | None,
+        method: str | None,
+        path: str | None,
+        tenant: str | None,
+        user: str | None,
+        api_key: str | None,
+        ip: str | None,
+    ) -> tuple[Engine, Prepared]:
+        engine = self.engine()
+        prepared = engine.prepare(
+            route=route,
+            method=method,
+            path=path,
+            tenant=tenant,
+            user=user,
+            api_key=api_key,
+            ip=ip,
+            now=self._wall(),
+        )
+        return engine, prepared
+
+    def store_failed(
+        self,
+        engine: Engine,
+        prepared: Prepared,
+        exc: Exception,
+        breaker: CircuitBreaker,
+    ) -> Decision:
+        """Record a Redis failure and decide by the route's failure mode."""
+        was = breaker.state
+        breaker.failed()
+        if breaker.state is BreakerState.OPEN and was is not BreakerState.OPEN:
+            logger.warning(
+                "limiter.store_down: %s%s: %s; circuit open for %.1f s",
+                f"node {breaker.node}: " if breaker.node else "",
+                type(exc).__name__,
+                exc,
+                breaker.cooldown,
+            )
+        return self.fail(engine, prepared, f"{type(exc).__name__}: {exc}", breaker)
+
+    def store_answered(self, breaker: CircuitBreaker) -> None:
+        """Record a good call (needed only once the breaker has seen a failure)."""
+        if breaker.state is not BreakerState.CLOSED:
+            logger.info(
+                "limiter.store_up: %sRedis answers again; circuit closed",
+                f"node {breaker.node}: " if breaker.node else "",
+            )
+        breaker.succeeded()
+
+    def fail(
+        self, engine: Engine, prepared: Prepared, error: str, breaker: CircuitBreaker
+    ) -> Decision:
+        return failover(
+            engine,
+            prepared,
+            error=error,
+            local=self.local,
+            retry_after=breaker.retry_after(),
+            slots=self.slots,
+        )
+
+
+class Limiter(LimiterCore):
+    """Sync limiter over a Redis or Redis Cluster client (or a URL: see :func:`.bucket.connect`).
+
+    ``rules`` is a :class:`~.source.SnapshotSource` (or any provider), or a fixed
+    snapshot or bundle. ``unmatched`` is the failure mode of requests that match
+    no route. ``wall`` is the clock overrides expire by (epoch seconds). Other
+    options: see :class:`LimiterCore`.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.RedisCluster | str,
+        rules: SnapshotProvider | Snapshot | Bundle,
+        *,
+        timeout: float = 0.005,
+        **options: Unpack[CoreOptions],
+    ) -> None:
+        super().__init__(rules, **options)
+        if isinstance(client, str):
+            client = connect(client, timeout=timeout)
+        self.watch_nodes(client)
+        self.bucket = TokenBucket(client)
+        self.hot = Script(client, HOT)
+        self._release = Script(client, RELEASE)
+
+    def decide(
+        self,
+        *,
+        route: str | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+        api_key: str | None = None,
+        ip: str | None = None,
+    ) -> Decision:
+        """Decide one request, by ``route`` slug or by ``method`` and ``path``.
+
+        Charges every limit of the winning policy or none. Never raises for a
+        Redis failure: the route's failure mode decides instead. A decision
+        whose ``held`` is set holds concurrency slots: pass it to
+        :meth:`release` when the response ends.
+        """
+        engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
+        return self.record(tenant, self._decide(engine, prepared))
+
+    def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
+        if self.rejections.entries:
+            cached = self.cached_rejection(engine, prepared)
+            if cached is not None:
+                return cached
+        breaker = self.breaker_for(prepared)
+        if not breaker.allow():
+            return self.fail(engine, prepared, "circuit open", breaker)
+        if prepared.plan.hot:
+            return self._decide_hot(engine, prepared, breaker)
+        try:
+            reply = self.bucket(prepared.keys, prepared.plan.args)
+        except STORE_ERRORS as exc:
+            return self.store_failed(engine, prepared, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
+        if reply[0] == 0:
+            self.remember(prepared, reply)
+        return engine.decision(prepared, reply)
+
+    def _decide_hot(
+        self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
+    ) -> Decision:
+        call = self.hot_begin(engine, prepared)
+        if not isinstance(call, HotCall):
+            return call
+        try:
+            reply = self.hot(call.keys, call.args)
+        except STORE_ERRORS as exc:
+            return self.hot_failed(engine, prepared, call, exc, breaker)
+        if breaker.troubled:
+            self.store_answered(breaker)
+        return self.hot_finish(engine, prepared, call, reply)
+
+    def release(self, decision: Decision) -> None:
+        """Give back the concurrency slots ``decision`` holds (nothing if it holds none).
+
+        Call it once per decision (the middlewares do). Never raises for a
+        Redis failure: the slots then expire after their timeout.
+        """
+        held = decision.held
+        if held is None:
+            return
+        if held.local:
+            self.slots.release(held.keys)
+            return
+        try:
+            self._release(held.keys, [held.member.encode()])
+        except redis.RedisError as exc:
+            logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)

@@ -1,0 +1,254 @@
+"""Parse snapshot JSON into the value types of :mod:`.rules`, checking every member.
+
+A gateway must never switch to a document it cannot fully understand, so the
+parser is strict: unknown members, wrong types and dangling references are
+errors that name their path in the document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from .canonical import canonical_json
+from .errors import SnapshotError
+from .quota import DEFAULT_LEASE_MS
+from .routing import HTTP_METHODS, PatternError, RouteTable
+from .rules import (
+    PERIODS,
+    ConcurrencyLimit,
+    Dimension,
+    FailureMode,
+    Limit,
+    Policy,
+    Route,
+    Rules,
+    ScopeKind,
+)
+from .validation import validate_rules
+
+__all__ = ["parse_rules", "parse_snapshot_fields"]
+
+_SNAPSHOT_KEYS = {
+    "format",
+    "version",
+    "parent",
+    "published_at",
+    "effective_at",
+    "rules",
+    "hash",
+}
+_RULES_KEYS = {"tiers", "tenants", "routes", "policies"}
+_ROUTE_KEYS = {"methods", "path", "cost", "failure_mode"}
+_POLICY_KEYS = {"scope", "route", "expires_at", "limits"}
+_POLICY_OPTIONAL = {"concurrency"}
+_LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
+_LIMIT_OPTIONAL = {"shards", "lease", "lease_ms"}
+_CONCURRENCY_KEYS = {"dimension", "max_inflight", "timeout", "shadow"}
+
+_E = TypeVar("_E", FailureMode, Dimension, ScopeKind)
+
+
+def parse_snapshot_fields(data: Any, *, format_version: int) -> dict[str, Any]:
+    """The members of the snapshot document in ``data``, after checking its shape,
+    format, rules and hash: the keyword arguments of ``Snapshot``."""
+    obj = _object(data, "$", _SNAPSHOT_KEYS)
+    if obj["format"] != format_version:
+        raise SnapshotError(
+            "format", f"unsupported format {obj['format']!r}, expected {format_version}"
+        )
+    claimed = _string(obj["hash"], "hash")
+    unhashed = {key: value for key, value in obj.items() if key != "hash"}
+    actual = hashlib.sha256(canonical_json(unhashed)).hexdigest()
+    if actual != claimed:
+        raise SnapshotError("hash", "does not match the document (corrupt or altered)")
+    parent = obj["parent"]
+    return {
+        "version": _integer(obj["version"], "version", minimum=0),
+        "parent": None if parent is None else _integer(parent, "parent", minimum=0),
+        "published_at": _time(obj["published_at"], "published_at"),
+        "effective_at": _time(obj["effective_at"], "effective_at"),
+        "rules": parse_rules(obj["rules"]),
+        "hash": claimed,
+    }
+
+
+def parse_rules(data: Any, path: str = "rules") -> Rules:
+    """Return the rules in ``data``; raise SnapshotError for the first problem found."""
+    obj = _object(data, path, _RULES_KEYS)
+    tiers = {
+        _string(slug, f"{path}.tiers"): _string(
+            _object(value, f"{path}.tiers.{slug}", {"name"})["name"],
+            f"{path}.tiers.{slug}.name",
+        )
+        for slug, value in _mapping(obj["tiers"], f"{path}.tiers").items()
+    }
+    tenants = _tenants(_mapping(obj["tenants"], f"{path}.tenants"), path)
+    routes = {
+        slug: _route(slug, value, f"{path}.routes.{slug}")
+        for slug, value in _mapping(obj["routes"], f"{path}.routes").items()
+    }
+    policies = tuple(
+        _policy(value, f"{path}.policies[{index}]")
+        for index, value in enumerate(_list(obj["policies"], f"{path}.policies"))
+    )
+    rules = Rules(tiers=tiers, tenants=tenants, routes=routes, policies=policies)
+    problems = validate_rules(rules)
+    if problems:
+        raise SnapshotError(f"{path}.{problems[0].path}", problems[0].message)
+    return rules
+
+
+def _tenants(data: dict[str, Any], path: str) -> dict[str, str]:
+    """Tenant -> tier; the path of a bad entry is built only when one is found
+    (a document may carry 100,000 tenants)."""
+    for slug, tier in data.items():
+        if not isinstance(tier, str) or not tier:
+            _string(tier, f"{path}.tenants.{slug}")
+    return dict(data)
+
+
+def _route(slug: str, data: Any, path: str) -> Route:
+    obj = _object(data, path, _ROUTE_KEYS)
+    methods = tuple(
+        _string(m, f"{path}.methods") for m in _list(obj["methods"], f"{path}.methods")
+    )
+    for method in methods:
+        if method not in HTTP_METHODS:
+            raise SnapshotError(f"{path}.methods", f"unknown HTTP method {method!r}")
+    route = Route(
+        slug=slug,
+        methods=tuple(sorted(methods)),
+        path=_string(obj["path"], f"{path}.path"),
+        cost=_integer(obj["cost"], f"{path}.cost", minimum=1),
+        failure_mode=_enum(FailureMode, obj["failure_mode"], f"{path}.failure_mode"),
+    )
+    try:
+        RouteTable([route])
+    except PatternError as exc:
+        raise SnapshotError(f"{path}.path", str(exc)) from None
+    return route
+
+
+def _policy(data: Any, path: str) -> Policy:
+    obj = _object(data, path, _POLICY_KEYS, _POLICY_OPTIONAL)
+    scope = _string(obj["scope"], f"{path}.scope")
+    _enum(ScopeKind, scope.partition(":")[0], f"{path}.scope")
+    expires = obj["expires_at"]
+    caps = _list(obj.get("concurrency", []), f"{path}.concurrency")
+    return Policy(
+        scope=scope,
+        route=_string(obj["route"], f"{path}.route"),
+        limits=tuple(
+            _limit(value, f"{path}.limits[{index}]")
+            for index, value in enumerate(_list(obj["limits"], f"{path}.limits"))
+        ),
+        expires_at=None if expires is None else _time(expires, f"{path}.expires_at"),
+        concurrency=tuple(
+            _concurrency(value, f"{path}.concurrency[{index}]")
+            for index, value in enumerate(caps)
+        ),
+    )
+
+
+def _limit(data: Any, path: str) -> Limit:
+    obj = _object(data, path, _LIMIT_KEYS, _LIMIT_OPTIONAL)
+    period = _integer(obj["period"], f"{path}.period", minimum=1)
+    if period not in PERIODS:
+        raise SnapshotError(
+            f"{path}.period", f"must be one of {sorted(PERIODS)} seconds"
+        )
+    cost = obj["cost"]
+    shadow = _boolean(obj["shadow"], f"{path}.shadow")
+    return Limit(
+        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
+        rate=_integer(obj["rate"], f"{path}.rate", minimum=1),
+        period=period,
+        burst=_integer(obj["burst"], f"{path}.burst", minimum=1),
+        cost=None if cost is None else _integer(cost, f"{path}.cost", minimum=1),
+        shadow=shadow,
+        shards=_integer(obj.get("shards", 1), f"{path}.shards", minimum=1),
+        lease=_integer(obj.get("lease", 0), f"{path}.lease", minimum=0),
+        lease_ms=_integer(
+            obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
+        ),
+    )
+
+
+def _concurrency(data: Any, path: str) -> ConcurrencyLimit:
+    obj = _object(data, path, _CONCURRENCY_KEYS)
+    return ConcurrencyLimit(
+        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
+        max_inflight=_integer(obj["max_inflight"], f"{path}.max_inflight", minimum=1),
+        timeout=_integer(obj["timeout"], f"{path}.timeout", minimum=1),
+        shadow=_boolean(obj["shadow"], f"{path}.shadow"),
+    )
+
+
+def _object(
+    data: Any,
+    path: str,
+    keys: set[str],
+    optional: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise SnapshotError(path, "must be an object")
+    missing = keys - data.keys()
+    if missing:
+        raise SnapshotError(path, f"missing member(s): {', '.join(sorted(missing))}")
+    unknown = data.keys() - keys - optional
+    if unknown:
+        raise SnapshotError(path, f"unknown member(s): {', '.join(sorted(unknown))}")
+    return data
+
+
+def _mapping(data: Any, path: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise SnapshotError(path, "must be an object")
+    return data
+
+
+def _list(data: Any, path: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise SnapshotError(path, "must be an array")
+    return data
+
+
+def _string(data: Any, path: str) -> str:
+    if not isinstance(data, str) or not data:
+        raise SnapshotError(path, "must be a non-empty string")
+    return data
+
+
+def _boolean(data: Any, path: str) -> bool:
+    if not isinstance(data, bool):
+        raise SnapshotError(path, "must be true or false")
+    return data
+
+
+def _integer(data: Any, path: str, *, minimum: int) -> int:
+    if isinstance(data, bool) or not isinstance(data, int):
+        raise SnapshotError(path, "must be an integer")
+    if data < minimum:
+        raise SnapshotError(path, f"must be at least {minimum}")
+    return data
+
+
+def _time(data: Any, path: str) -> datetime:
+    text = _string(data, path)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise SnapshotError(path, f"not an ISO 8601 time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise SnapshotError(path, "must carry a time zone (UTC, 'Z')")
+    return moment.astimezone(UTC)
+
+
+def _enum(kind: type[_E], data: Any, path: str) -> _E:
+    try:
+        return kind(data)
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise SnapshotError(path, f"{data!r} is not one of: {allowed}") from None

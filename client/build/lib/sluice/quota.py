@@ -1,0 +1,147 @@
+"""The limits a policy holds: token buckets (with their hot-key options) and concurrency caps.
+
+Part of snapshot format v1 (:mod:`.snapshot` re-exports everything here). The
+hot-key options and concurrency caps were added to the format as *optional*
+members: a limit at its defaults serializes exactly as before, so the canonical
+bytes (and hashes) of snapshots that do not use them are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "DEFAULT_LEASE_MS",
+    "DEFAULT_TIMEOUT",
+    "MAX_LEASE_MS",
+    "MAX_SHARDS",
+    "MAX_TIMEOUT",
+    "PERIODS",
+    "ConcurrencyLimit",
+    "Dimension",
+    "Limit",
+    "describe_limit",
+]
+
+#: Allowed limit periods in seconds, with the unit people read.
+PERIODS: Mapping[int, str] = {1: "s", 60: "min", 3600: "h", 86400: "day"}
+MAX_SHARDS = 64  #: keys one bucket may be split into
+DEFAULT_LEASE_MS = 1000  #: how long leased tokens stay spendable unless a limit says
+MAX_LEASE_MS = 60_000
+DEFAULT_TIMEOUT = 300  #: seconds before an unreleased in-flight entry expires
+MAX_TIMEOUT = 86_400
+
+
+class Dimension(StrEnum):
+    """What a limit counts per: the bucket key's subject."""
+
+    TENANT = "tenant"
+    USER = "user"
+    API_KEY = "api_key"
+    IP = "ip"
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One token bucket of a policy: ``rate`` tokens per ``period`` seconds, ``burst`` deep.
+
+    Hot-key options (see ``docs/enforcement.md``), at most one of the two:
+    ``shards`` splits the bucket into that many keys of ``1/shards`` of the rate
+    and burst each; ``lease`` lets a gateway take that many tokens in one call
+    and spend them in process for up to ``lease_ms``.
+    """
+
+    dimension: Dimension  #: what the bucket counts per
+    rate: int  #: tokens added per period
+    period: int  #: seconds, one of PERIODS
+    burst: int  #: bucket capacity, at least the largest request cost
+    cost: int | None = None  #: tokens per request; None means the route's cost
+    shadow: bool = False  #: evaluated and reported, never rejects
+    shards: int = 1  #: keys the bucket is split into (1: not split)
+    lease: int = 0  #: tokens a gateway leases at once (0: no leases)
+    lease_ms: int = DEFAULT_LEASE_MS  #: how long leased tokens may be spent
+
+    def __post_init__(self) -> None:
+        if not self.lease:  # one form for "no lease", so equal limits compare equal
+            object.__setattr__(self, "lease_ms", DEFAULT_LEASE_MS)
+
+    @property
+    def hot(self) -> bool:
+        """Whether a hot-key option is set (the bucket is sharded or leased)."""
+        return self.shards > 1 or self.lease > 0
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "dimension": self.dimension.value,
+            "rate": self.rate,
+            "period": self.period,
+            "burst": self.burst,
+            "cost": self.cost,
+            "shadow": self.shadow,
+        }
+        # Optional members are written only when set, keeping older bytes unchanged.
+        if self.shards != 1:
+            data["shards"] = self.shards
+        if self.lease:
+            data["lease"] = self.lease
+        if self.lease_ms != DEFAULT_LEASE_MS:
+            data["lease_ms"] = self.lease_ms
+        return data
+
+    def sort_key(self) -> tuple[str, int, int, int, int, bool]:
+        return (
+            self.dimension,
+            self.period,
+            self.rate,
+            self.burst,
+            self.cost or 0,
+            self.shadow,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyLimit:
+    """At most ``max_inflight`` requests in flight at once per key (a limit of kind "concurrent").
+
+    A gateway acquires a slot before the request and releases it when the
+    response ends; a slot that is never released (a crashed gateway) expires
+    after ``timeout`` seconds, so the cap heals by itself. The timeout must
+    exceed the longest legitimate request: a longer one stops being counted.
+    """
+
+    dimension: Dimension
+    max_inflight: int  #: requests in flight at once per key
+    timeout: int = DEFAULT_TIMEOUT  #: seconds before an unreleased slot expires
+    shadow: bool = False  #: counted and reported, never rejects
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dimension": self.dimension.value,
+            "max_inflight": self.max_inflight,
+            "timeout": self.timeout,
+            "shadow": self.shadow,
+        }
+
+    def sort_key(self) -> tuple[str, int, int, bool]:
+        return (self.dimension, self.max_inflight, self.timeout, self.shadow)
+
+
+def describe_limit(limit: Limit | ConcurrencyLimit) -> str:
+    """Say a limit the way people do: ``per user: 100 / s, burst 200``."""
+    subject = f"per {limit.dimension.value.replace('_', ' ')}"
+    if isinstance(limit, ConcurrencyLimit):
+        text = f"{subject}: at most {limit.max_inflight:,} in flight"
+        text += f" (released after {limit.timeout:,} s at most)"
+        return text + (" (shadow)" if limit.shadow else "")
+    text = f"{subject}: {limit.rate:,} / {PERIODS[limit.period]}"
+    text += f", burst {limit.burst:,}"
+    if limit.cost is not None:
+        text += f", cost {limit.cost}"
+    if limit.shards > 1:
+        text += f", {limit.shards} shards"
+    if limit.lease:
+        text += f", leases of {limit.lease:,} for {limit.lease_ms:,} ms"
+    return text + (" (shadow)" if limit.shadow else "")

@@ -1,0 +1,204 @@
+"""The rule set a snapshot carries: tiers, tenants, routes and policies, as value types.
+
+The control plane compiles its rule tables into a :class:`Rules` value; gateways
+get the same value back from a snapshot (:mod:`.snapshot` wraps it in a version,
+:mod:`.parsing` reads it from JSON). Rules serialize to canonical bytes, so equal
+rules give equal bytes and an equal :meth:`Rules.digest` on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from .canonical import canonical_json
+from .quota import PERIODS, ConcurrencyLimit, Dimension, Limit, describe_limit
+
+__all__ = [
+    "ALL_ROUTES",
+    "DEFAULT_SCOPE",
+    "PERIODS",
+    "ConcurrencyLimit",
+    "Dimension",
+    "FailureMode",
+    "Limit",
+    "Policy",
+    "Route",
+    "Rules",
+    "ScopeKind",
+    "describe_limit",
+    "fallback_rules",
+    "format_time",
+    "scope_key",
+    "whole_seconds",
+]
+
+ALL_ROUTES = "*"
+DEFAULT_SCOPE = "default"
+
+
+class FailureMode(StrEnum):
+    """What a gateway does with a route when the limiter's store is unavailable."""
+
+    OPEN = "open"  #: admit, and mark the decision degraded
+    CLOSED = "closed"  #: reject with 503: the limiter is at fault, not the client
+    LOCAL = "local"  #: enforce a conservative in-process bucket
+
+
+class ScopeKind(StrEnum):
+    """Who a policy applies to, from the most general to the most specific."""
+
+    DEFAULT = "default"
+    TIER = "tier"
+    TENANT = "tenant"
+
+
+def scope_key(kind: ScopeKind | str, subject: str | None = None) -> str:
+    """Return the scope string used in snapshots: ``default``, ``tier:pro``, ``tenant:acme``."""
+    if kind == ScopeKind.DEFAULT:
+        return DEFAULT_SCOPE
+    if not subject:
+        raise ValueError(f"a {kind} scope needs a subject")
+    return f"{kind}:{subject}"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The limits that apply to one (scope, route) pair; the most specific policy wins whole."""
+
+    scope: str  #: ``default``, ``tier:<slug>`` or ``tenant:<slug>``
+    route: str  #: a route slug, or ``*`` for every route
+    limits: tuple[Limit, ...]
+    expires_at: datetime | None = None  #: set on temporary tenant overrides only
+    #: caps on requests in flight (limits of kind "concurrent"); usually empty
+    concurrency: tuple[ConcurrencyLimit, ...] = ()
+    _expires_ts: float = field(init=False, repr=False, compare=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        if self.expires_at is not None:  # the format keeps whole seconds
+            object.__setattr__(self, "expires_at", whole_seconds(self.expires_at))
+        ts = self.expires_at.timestamp() if self.expires_at else float("inf")
+        object.__setattr__(self, "_expires_ts", ts)
+
+    @property
+    def scope_kind(self) -> ScopeKind:
+        return ScopeKind(self.scope.partition(":")[0])
+
+    @property
+    def subject(self) -> str | None:
+        """The tier or tenant slug of the scope; None for the default scope."""
+        return self.scope.partition(":")[2] or None
+
+    @property
+    def is_override(self) -> bool:
+        """True for a temporary policy: it beats the permanent one of its (scope, route)."""
+        return self.expires_at is not None
+
+    @property
+    def key(self) -> tuple[str, str, bool]:
+        """Identity of the policy within a rule set (stable across versions)."""
+        return (self.scope, self.route, self.is_override)
+
+    def is_live(self, now: float) -> bool:
+        """Whether the policy applies at ``now`` (epoch seconds): expired overrides do not."""
+        return now < self._expires_ts
+
+    def describe(self) -> str:
+        """Say where the policy applies, as people read it: ``tier pro · search``."""
+        scope = (
+            "default"
+            if self.scope == DEFAULT_SCOPE
+            else self.scope.replace(":", " ", 1)
+        )
+        route = "all routes" if self.route == ALL_ROUTES else self.route
+        override = " (override)" if self.is_override else ""
+        return f"{scope} · {route}{override}"
+
+    def to_json(self) -> dict[str, Any]:
+        data = {
+            "scope": self.scope,
+            "route": self.route,
+            "expires_at": format_time(self.expires_at) if self.expires_at else None,
+            "limits": [
+                limit.to_json() for limit in sorted(self.limits, key=Limit.sort_key)
+            ],
+        }
+        if self.concurrency:  # optional member: absent keeps older bytes unchanged
+            ordered = sorted(self.concurrency, key=ConcurrencyLimit.sort_key)
+            data["concurrency"] = [limit.to_json() for limit in ordered]
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A named API operation that requests are matched to by method and path."""
+
+    slug: str
+    methods: tuple[str, ...]  #: upper-case HTTP methods, sorted
+    path: str  #: pattern such as ``/v1/orders/{id}``
+    cost: int = 1  #: tokens a request takes unless a limit overrides it
+    failure_mode: FailureMode = FailureMode.OPEN
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "methods": sorted(self.methods),
+            "path": self.path,
+            "cost": self.cost,
+            "failure_mode": self.failure_mode.value,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """A complete rule set: what a snapshot carries besides its version metadata."""
+
+    tiers: Mapping[str, str]  #: tier slug -> display name
+    tenants: Mapping[str, str]  #: tenant slug -> tier slug
+    routes: Mapping[str, Route]  #: route slug -> route
+    policies: tuple[Policy, ...]
+    #: canonical bytes, computed once (a rule set is immutable; 6 MB with 100k tenants)
+    _canonical: bytes | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        policies = sorted(self.policies, key=lambda p: p.key)
+        return {
+            "tiers": {slug: {"name": name} for slug, name in self.tiers.items()},
+            "tenants": dict(self.tenants),
+            "routes": {slug: route.to_json() for slug, route in self.routes.items()},
+            "policies": [policy.to_json() for policy in policies],
+        }
+
+    def canonical_bytes(self) -> bytes:
+        """``canonical_json(self.to_json())``, serialized on the first call only."""
+        if self._canonical is None:
+            object.__setattr__(self, "_canonical", canonical_json(self.to_json()))
+        return self._canonical  # type: ignore[return-value]
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical rules: equal for equal rules, whatever their version."""
+        return hashlib.sha256(self.canonical_bytes()).hexdigest()
+
+
+def whole_seconds(moment: datetime) -> datetime:
+    """``moment`` in UTC without its microseconds: the format keeps whole seconds."""
+    if moment.tzinfo is None:
+        raise ValueError("snapshot times must be timezone-aware")
+    return moment.astimezone(UTC).replace(microsecond=0)
+
+
+def format_time(moment: datetime) -> str:
+    """``2026-12-01T08:00:00Z``: how every time of the format is written."""
+    return whole_seconds(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fallback_rules(*, rate: int = 10, burst: int = 20) -> Rules:
+    """The built-in rule set of a gateway that has never seen a snapshot: strict, not unlimited."""
+    limit = Limit(dimension=Dimension.IP, rate=rate, period=1, burst=burst)
+    policy = Policy(scope=DEFAULT_SCOPE, route=ALL_ROUTES, limits=(limit,))
+    return Rules(tiers={}, tenants={}, routes={}, policies=(policy,))

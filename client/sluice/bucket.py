@@ -1,0 +1,154 @@
+"""The token bucket in Redis: its geometry in microseconds, the Lua script, and the clients.
+
+``lua/token_bucket.lua`` is package data and the only place the algorithm runs
+against Redis; :class:`TokenBucket` runs it by EVALSHA through redis-py's
+``register_script``, which loads it again when Redis answers NOSCRIPT (after a
+``SCRIPT FLUSH``, a restart or a failover).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from .quota import Limit
+
+__all__ = [
+    "SCRIPT",
+    "STORE_ERRORS",
+    "AsyncTokenBucket",
+    "Geometry",
+    "TokenBucket",
+    "connect",
+    "connect_async",
+    "geometry",
+]
+
+SCRIPT = (
+    importlib.resources.files("sluice").joinpath("lua/token_bucket.lua").read_bytes()
+)
+
+_MICROS = 1_000_000
+
+#: What a failed store call raises. A cluster client that cannot reach any node
+#: to refresh its slot map raises RedisClusterException, which is not a RedisError.
+STORE_ERRORS: tuple[type[Exception], ...] = (
+    redis.RedisError,
+    redis.exceptions.RedisClusterException,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """A bucket in the script's units: integer microseconds of refill time."""
+
+    tick: int  #: refill time of one token: ceil(period / rate), at least 1 µs
+    increment: int  #: refill time one request takes: cost x tick
+    capacity: int  #: refill time of a full bucket: burst x tick
+
+    def remaining(self, debt: int) -> int:
+        """Whole tokens in a bucket that owes ``debt`` µs of refill."""
+        return max(0, (self.capacity - debt) // self.tick)
+
+    def wait(self, debt: int) -> int:
+        """µs until a request fits a bucket that owes ``debt`` (0 when it fits now)."""
+        return max(0, debt + self.increment - self.capacity)
+
+
+def geometry(limit: Limit, *, cost: int, share: int = 1) -> Geometry:
+    """Return the geometry of ``limit`` for requests of ``cost`` tokens.
+
+    ``share`` divides the limit (the local fallback gives each of ``share``
+    gateways a ``1/share`` of the rate and of the burst, never below one
+    request). Rounding the tick up keeps the bucket on the strict side: the
+    rate enforced is ``period / tick <= rate`` (a key cannot pass more than one
+    million tokens per second; past ~10k per second the rounding shows).
+    """
+    tick = max(1, math.ceil(limit.period * _MICROS * share / limit.rate))
+    burst = max(cost, limit.burst // share)
+    return Geometry(tick=tick, increment=cost * tick, capacity=burst * tick)
+
+
+def _no_retry() -> Retry:
+    # redis-py retries timeouts 10 times with backoff by default: a few ms of
+    # timeout would become a second of waiting. The breaker does the retrying.
+    return Retry(NoBackoff(), 0)
+
+
+def connect(
+    url: str, *, timeout: float = 0.005, cluster: bool = False
+) -> redis.Redis | redis.RedisCluster:
+    """Return a client for the limiter: short timeouts, no retries, pooled connections."""
+    options: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": _no_retry(),
+    }
+    if cluster:
+        return redis.RedisCluster.from_url(url, **options)
+    return redis.Redis.from_url(url, **options)
+
+
+def connect_async(
+    url: str, *, timeout: float = 0.005, cluster: bool = False
+) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
+    """The asyncio twin of :func:`connect`."""
+    options: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": _no_retry(),
+    }
+    if cluster:
+        return redis.asyncio.RedisCluster.from_url(url, **options)
+    return redis.asyncio.Redis.from_url(url, **options)
+
+
+class TokenBucket:
+    """Runs the script on a Redis or Redis Cluster client: one EVALSHA per call.
+
+    The registered script's SHA is sent directly; on NOSCRIPT the call goes
+    through redis-py's ``Script``, which loads the script (on every primary of a
+    cluster) and runs it again. Skipping ``Script.__call__`` on the hot path
+    saves its per-call import and argument copies.
+    """
+
+    def __init__(self, client: redis.Redis | redis.RedisCluster) -> None:
+        self.client = client
+        self._script = client.register_script(SCRIPT)
+        self._evalsha = client.evalsha
+
+    def __call__(self, keys: list[str], args: tuple[bytes, ...]) -> list[int]:
+        """Decide for ``keys``; return the script's reply (see the script's header)."""
+        try:
+            reply: list[int] = self._evalsha(self._script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            reply = self._script(keys, args)
+        return reply
+
+
+class AsyncTokenBucket:
+    """The asyncio twin of :class:`TokenBucket` (redis.asyncio)."""
+
+    def __init__(
+        self, client: redis.asyncio.Redis | redis.asyncio.RedisCluster
+    ) -> None:
+        self.client = client
+        self._script = client.register_script(SCRIPT)
+
+    async def __call__(self, keys: list[str], args: tuple[bytes, ...]) -> list[int]:
+        """Decide for ``keys``; return the script's reply (see the script's header)."""
+        try:
+            reply: list[int] = await self.client.evalsha(
+                self._script.sha, len(keys), *keys, *args
+            )
+        except NoScriptError:
+            reply = await self._script(keys, args)
+        return reply

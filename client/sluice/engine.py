@@ -1,0 +1,264 @@
+"""From a request to bucket keys and script arguments, and from a script reply to a Decision.
+
+The sync :class:`~.limiter.Limiter` and the asyncio one share this module; only
+the Redis call differs between them. An :class:`Engine` is built once per
+snapshot: it holds the shared :class:`~.resolver.Resolver` and, per policy and
+request cost, a :class:`PolicyPlan` with the key templates and the encoded
+script arguments, so a request pays for look-ups and string formatting only.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+from .decision import Decision, LimitStatus, Outcome
+from .keys import owner_tag, subject_value
+from .plans import LimitPlan, PolicyPlan, SlotPlan, compile_policy
+from .resolver import Resolver
+from .rules import FailureMode, Policy
+from .snapshot import Snapshot
+
+__all__ = [
+    "Engine",
+    "LimitPlan",
+    "PolicyPlan",
+    "Prepared",
+    "SlotPlan",
+    "bucket_statuses",
+    "compile_policy",
+]
+
+_MICROS = 1_000_000
+_random = random.random
+_CACHE_SIZE = 100_000  #: (tenant, route) resolutions kept per snapshot
+
+
+class Prepared(NamedTuple):
+    """A request resolved and keyed: what the store is asked, and what to do if it fails.
+
+    A tuple rather than a frozen dataclass: one is built per request (see :mod:`.decision`).
+    """
+
+    plan: PolicyPlan
+    keys: list[str]
+    route: str | None
+    failure_mode: FailureMode
+    cost: int  #: the route's cost (a limit may override it)
+    slots: tuple[str, ...] = ()  #: keys of the policy's concurrency limits
+
+
+_Entry = tuple[PolicyPlan, str | None, FailureMode, int]  # plan, route slug, mode, cost
+
+
+class Engine:
+    """Everything a limiter needs from one snapshot, built once when the snapshot loads."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        unmatched: FailureMode = FailureMode.LOCAL,
+        resolver: Resolver | None = None,
+    ) -> None:
+        """``resolver``: one already built for ``snapshot.rules``, to share its index."""
+        self.snapshot = snapshot
+        self.version = snapshot.version
+        self.resolver = resolver or Resolver(snapshot.rules)
+        self.unmatched = unmatched  #: failure mode of requests that match no route
+        self._plans: dict[tuple[int, int, int], PolicyPlan] = {}
+        self._cache: dict[tuple[str | None, str | None], _Entry] = {}
+        self._valid_until = float("-inf")
+
+    def plan(self, policy: Policy, cost: int, share: int = 1) -> PolicyPlan:
+        """Return the compiled ``policy`` for ``cost`` (cached for the snapshot's life)."""
+        cache_key = (id(policy), cost, share)
+        plan = self._plans.get(cache_key)
+        if plan is None:
+            plan = self._plans[cache_key] = compile_policy(
+                policy, cost=cost, share=share
+            )
+        return plan
+
+    def prepare(
+        self,
+        *,
+        route: str | None,
+        method: str | None,
+        path: str | None,
+        tenant: str | None,
+        user: str | None,
+        api_key: str | None,
+        ip: str | None,
+        now: float,
+    ) -> Prepared:
+        """Resolve the request's policy at ``now`` (epoch seconds) and build its keys."""
+        if route is None and method is not None and path is not None:
+            matched = self.resolver.match_route(method, path)
+            route = matched.slug if matched else None
+        plan, slug, mode, cost = self._resolved(tenant, route, now)
+        owner = owner_tag(tenant, ip, plan.counts_tenant)
+        keys = [
+            p.template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
+            for p in plan.limits
+        ]
+        if (
+            plan.sharded
+        ):  # a random shard per request: no pattern of requests maps to one
+            for index, shards in plan.sharded:
+                keys[index] += f":s{int(_random() * shards)}"
+        if not plan.slots:
+            return Prepared(plan, keys, slug, mode, cost)
+        slots = tuple(
+            s.template % (owner, subject_value(s.dimension, tenant, user, api_key, ip))
+            for s in plan.slots
+        )
+        return Prepared(plan, keys, slug, mode, cost, slots)
+
+    def _resolved(self, tenant: str | None, route: str | None, now: float) -> _Entry:
+        """The shared resolver's answer for (tenant, route), cached until an override expires.
+
+        Only the expiry of an override changes what the resolver says for the
+        same snapshot, so entries are dropped when the next expiry passes.
+        """
+        if now >= self._valid_until:
+            self._cache.clear()
+            self._valid_until = self._next_expiry(now)
+        entry = self._cache.get((tenant, route))
+        if entry is None:
+            resolution = self.resolver.resolve(tenant=tenant, route=route, now=now)
+            found = resolution.route
+            entry = (
+                self.plan(resolution.policy, resolution.cost),
+                found.slug if found else None,
+                found.failure_mode if found else self.unmatched,
+                resolution.cost,
+            )
+            if (
+                len(self._cache) >= _CACHE_SIZE
+            ):  # unknown tenants must not grow it forever
+                self._cache.clear()
+            self._cache[(tenant, route)] = entry
+        return entry
+
+    def _next_expiry(self, now: float) -> float:
+        moments = [
+            policy.expires_at.timestamp()
+            for policy in self.snapshot.rules.policies
+            if policy.expires_at is not None and policy.expires_at.timestamp() > now
+        ]
+        return min(moments, default=float("inf"))
+
+    def decision(
+        self, prepared: Prepared, reply: list[int], *, plan: PolicyPlan | None = None
+    ) -> Decision:
+        """Turn the script's reply (or a local bucket's, with its ``plan``) into a Decision."""
+        plan = plan or prepared.plan
+        statuses = bucket_statuses(plan, prepared.keys, reply)
+        return self.conclude(prepared, plan, statuses, reply[0] == 1)
+
+    def conclude(
+        self,
+        prepared: Prepared,
+        plan: PolicyPlan,
+        statuses: tuple[LimitStatus, ...],
+        admitted: bool,
+    ) -> Decision:
+        """The Decision for ``statuses`` (buckets, then concurrency slots if any)."""
+        deciding = _deciding(statuses, admitted)
+        shadow = any(not s.fits for s in statuses if s.limit.shadow)
+        if deciding is None:  # validation forbids a policy of shadow limits only
+            return _undecided(self, prepared, plan, statuses, admitted, shadow)
+        return Decision(
+            admitted,
+            200 if admitted else 429,
+            _outcome(admitted, shadow),
+            deciding,
+            deciding.quota,
+            deciding.remaining,
+            deciding.reset,
+            None if admitted else deciding.retry_after,
+            plan.policy,
+            self.version,
+            prepared.route,
+            statuses,
+            shadow,
+        )
+
+
+def bucket_statuses(
+    plan: PolicyPlan, keys: list[str], reply: list[int], step: int = 2
+) -> tuple[LimitStatus, ...]:
+    """Statuses of the buckets from a reply with ``step`` values per bucket (fits, debt, ...)."""
+    statuses = []
+    for index, limit_plan in enumerate(plan.limits):
+        at = step * index + 1
+        fits, debt = reply[at] == 1, reply[at + 1]
+        shape = limit_plan.geometry
+        remaining = max(0, (shape.capacity - debt) // shape.tick)
+        if plan.sharded:  # what one shard holds, as an estimate of the whole bucket
+            remaining *= limit_plan.limit.shards
+        statuses.append(
+            LimitStatus(
+                limit_plan.limit,
+                limit_plan.name,
+                keys[index],
+                limit_plan.quota,
+                limit_plan.window,
+                fits,
+                remaining,
+                debt / _MICROS,
+                0.0 if fits else shape.wait(debt) / _MICROS,
+            )
+        )
+    return tuple(statuses)
+
+
+def _deciding(statuses: tuple[LimitStatus, ...], admitted: bool) -> LimitStatus | None:
+    """The limit that rejected with the longest wait, or the one closest to rejecting."""
+    best: LimitStatus | None = None
+    for status in statuses:
+        if status.limit.shadow:
+            continue
+        if admitted:
+            if best is None or (status.remaining, -status.reset) < (
+                best.remaining,
+                -best.reset,
+            ):
+                best = status
+        elif not status.fits and (
+            best is None or status.retry_after > best.retry_after
+        ):
+            best = status
+    return best
+
+
+def _undecided(
+    engine: Engine,
+    prepared: Prepared,
+    plan: PolicyPlan,
+    statuses: tuple[LimitStatus, ...],
+    admitted: bool,
+    shadow: bool,
+) -> Decision:
+    return Decision(
+        admitted,
+        200 if admitted else 429,
+        _outcome(admitted, shadow),
+        None,
+        0,
+        0,
+        0.0,
+        None if admitted else 1.0,
+        plan.policy,
+        engine.version,
+        prepared.route,
+        statuses,
+        shadow,
+    )
+
+
+def _outcome(admitted: bool, shadow: bool) -> Outcome:
+    if not admitted:
+        return Outcome.LIMITED
+    return Outcome.SHADOW_LIMITED if shadow else Outcome.ALLOWED

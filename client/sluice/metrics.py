@@ -1,0 +1,201 @@
+"""Decision events: every decision, buffered in memory and flushed to a Redis stream.
+
+The request path pays for :meth:`DecisionEvents.add` only: a length check, a
+few attribute reads and a deque append of a tuple of plain values (the
+decision itself is not kept: holding thousands of them alive until the flush
+would cost every request more, in memory and garbage collection, than the
+append does). A daemon thread wakes every
+``interval`` seconds, encodes what accumulated and writes it with pipelined
+``XADD ... MAXLEN ~ maxlen`` (approximate trimming: cheap, and the stream stays
+bounded). When the buffer holds ``capacity`` events, new ones are dropped and
+counted, never waited for; a flush that fails drops its events and counts them
+too (the next flush reports the count, so the control plane sees the loss).
+
+The flush counts identical decisions of the same second together: a hot
+tenant's thousands of decisions per second become a few records, which keeps
+the flush cheap (it shares the CPU with requests) and the stream small. Stream
+entries (``docs/stats.md``) carry up to ``batch`` records each, so Redis sees a
+few XADDs per second per gateway, not one per decision::
+
+    v        "1": the entry format
+    gw       the gateway id
+    dropped  events this gateway dropped since its previous entry
+    events   JSON array of [epoch ms, tenant, route, policy, version, outcome, limit, count]
+
+A record stands for ``count`` decisions of that second (``epoch ms`` is the
+second's start) with the same tenant, route, policy, snapshot version, outcome
+and deciding limit. ``tenant`` and ``route`` are "" when unknown; ``policy`` is
+``scope/route`` (``~`` marks an override); ``limit`` names the deciding limit of
+a rejection (``user-min``, ``tenant-concurrent``), "" otherwise.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from .decision import Decision, Outcome
+from .rules import Policy
+from .validation import policy_ref
+
+__all__ = ["STREAM_KEY", "DecisionEvents", "count_events"]
+
+STREAM_KEY = "sluice:decisions"  #: the stream the control plane aggregates
+ENTRY_FORMAT = "1"
+
+logger = logging.getLogger("sluice.metrics")
+_LIMITED = Outcome.LIMITED
+
+#: What the buffer holds per decision: (epoch s, tenant, route, policy ref, version,
+#: outcome, limit). Plain strings and numbers only, so that the Decision itself is
+#: freed at once and the garbage collector never has to look at buffered events.
+_Event = tuple[float, str, str, str, int, str, str]
+
+
+def count_events(events: list[_Event]) -> list[list[Any]]:
+    """Records of ``events``: identical decisions of one second counted together."""
+    counts: dict[tuple[Any, ...], int] = {}
+    for at, tenant, route, policy, version, outcome, limit in events:
+        key = (int(at), tenant, route, policy, version, outcome, limit)
+        counts[key] = counts.get(key, 0) + 1
+    return [[key[0] * 1000, *key[1:], n] for key, n in counts.items()]
+
+
+class DecisionEvents:
+    """A bounded buffer of decisions and the thread that flushes it to ``stream``.
+
+    ``client`` is a Redis or Redis Cluster client of the Redis the control plane
+    reads (not necessarily the buckets' one). Call :meth:`start` in each
+    process that decides (after a fork), :meth:`stop` to flush and end.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.RedisCluster,
+        *,
+        gateway_id: str,
+        stream: str = STREAM_KEY,
+        capacity: int = 100_000,
+        batch: int = 500,  #: records per stream entry
+        interval: float = 1.0,
+        maxlen: int = 100_000,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.client, self.gateway_id, self.stream = client, gateway_id, stream
+        self.capacity, self.batch, self.interval = capacity, batch, interval
+        self.maxlen = maxlen
+        self._wall = wall
+        self._buffer: collections.deque[_Event] = collections.deque()
+        self._refs: dict[int, tuple[Policy, str]] = {}
+        self.dropped = 0  #: events dropped so far (buffer full, or a failed flush)
+        self._reported = 0  #: of ``dropped``, how many entries already reported
+        self.written = 0  #: events written to the stream so far
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, tenant: str | None, decision: Decision) -> None:
+        """Buffer one decision; drop and count it when the buffer is full. Never blocks."""
+        if len(self._buffer) >= self.capacity:
+            self.dropped += 1
+            return
+        policy, outcome, deciding = decision.policy, decision.outcome, decision.deciding
+        ref = self._refs.get(id(policy))
+        if ref is None or ref[0] is not policy:
+            ref = self._ref(policy)
+        self._buffer.append(
+            (
+                self._wall(),
+                tenant or "",
+                decision.route or "",
+                ref[1],
+                decision.snapshot_version,
+                outcome.value,
+                deciding.name if outcome is _LIMITED and deciding is not None else "",
+            )
+        )
+
+    def _ref(self, policy: Policy) -> tuple[Policy, str]:
+        """The policy's ``scope/route`` text, computed once per policy (kept alive with it)."""
+        if len(self._refs) >= 10_000:  # snapshots come and go: forget the old ones
+            self._refs.clear()
+        ref = self._refs[id(policy)] = (policy, policy_ref(policy))
+        return ref
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def flush(self) -> int:
+        """Write what is buffered now, in entries of ``batch`` events; return how many events."""
+        with self._flush_lock:
+            events = self._drain()
+            if not events and self.dropped == self._reported:
+                return 0
+            try:
+                self._write(events)
+            except redis.RedisError as exc:
+                self.dropped += len(events)
+                logger.warning(
+                    "decision_events.flush_failed: %d events lost: %s", len(events), exc
+                )
+                return 0
+            self.written += len(events)
+            return len(events)
+
+    def _drain(self) -> list[_Event]:
+        buffer, events = self._buffer, []
+        for _ in range(len(buffer)):  # only what is there now: adds go on meanwhile
+            events.append(buffer.popleft())
+        return events
+
+    def _write(self, events: list[_Event]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        records = count_events(events)
+        chunks = [
+            records[i : i + self.batch] for i in range(0, len(records), self.batch)
+        ]
+        dropped = self.dropped
+        for index, encoded in enumerate(chunks or [[]]):
+            fields: dict[Any, Any] = {
+                "v": ENTRY_FORMAT,
+                "gw": self.gateway_id,
+                "dropped": dropped - self._reported if index == 0 else 0,
+                "events": json.dumps(encoded, separators=(",", ":")),
+            }
+            pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
+        pipe.execute()
+        self._reported = dropped
+
+    # -- the background thread ---------------------------------------------
+
+    def start(self) -> DecisionEvents:
+        """Flush every ``interval`` seconds in a daemon thread. Returns self."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="sluice-decision-events", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop the thread after a last flush."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.flush()
+            except Exception:  # the flusher must outlive any bug; requests never see it
+                logger.exception("decision_events.flush_crashed")

@@ -1,0 +1,118 @@
+"""Policies compiled for the hot path: key templates and script arguments, built once.
+
+An :class:`~.engine.Engine` compiles each (policy, request cost) it meets into a
+:class:`PolicyPlan` and keeps it for the snapshot's life, so a request pays for
+look-ups and string formatting only. Plans also say which of the slower paths a
+policy needs: sharded keys (same script, other keys), or leases and concurrency
+slots (the ``hot.lua`` script, :mod:`.hot`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .bucket import Geometry, geometry
+from .keys import inflight_template, key_template
+from .quota import PERIODS, ConcurrencyLimit, Dimension, Limit
+from .rules import Policy
+
+__all__ = ["LimitPlan", "PolicyPlan", "SlotPlan", "compile_policy"]
+
+_MICROS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LimitPlan:
+    """One limit of a policy, ready to key and to run."""
+
+    limit: Limit
+    dimension: Dimension  #: the limit's, kept at hand for the hot path
+    name: str  #: the policy name in RateLimit headers: ``<dimension>-<period unit>``
+    template: str  #: the bucket key template, see :func:`.keys.key_template`
+    geometry: Geometry
+    quota: int  #: the bucket's capacity in tokens: IETF ``q``
+    window: int  #: whole seconds to refill the full bucket: IETF ``w``
+    lease: int = 0  #: requests' worth taken per lease (0: no lease)
+    lease_us: int = 0  #: how long leased tokens may be spent, µs
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPlan:
+    """One concurrency limit of a policy: its key template and script arguments."""
+
+    limit: ConcurrencyLimit
+    dimension: Dimension
+    name: str  #: ``<dimension>-concurrent``
+    template: str  #: see :func:`.keys.inflight_template`
+    args: tuple[bytes, bytes, bytes]  #: max in flight, timeout (ms), shadow
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyPlan:
+    """A policy compiled for one request cost: key templates and script arguments."""
+
+    policy: Policy
+    limits: tuple[LimitPlan, ...]
+    args: tuple[bytes, ...]  #: ARGV of the token-bucket script, already encoded
+    counts_tenant: bool  #: whether a limit counts per tenant (it picks the owner)
+    sharded: tuple[tuple[int, int], ...] = ()  #: (limit index, shards) to suffix
+    slots: tuple[SlotPlan, ...] = ()  #: concurrency limits
+    hot: bool = False  #: leases or slots: decided by the hot script (:mod:`.hot`)
+
+
+def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
+    """Compile ``policy`` for requests of ``cost`` (``share``: see :func:`.bucket.geometry`).
+
+    A sharded limit's geometry is divided by its shards as well: each shard key
+    holds ``1/shards`` of what this gateway's share allows.
+    """
+    plans, args = [], []
+    for limit in policy.limits:
+        plan = _limit_plan(policy, limit, cost=limit.cost or cost, share=share)
+        plans.append(plan)
+        args += [
+            b"%d" % plan.geometry.increment,
+            b"%d" % plan.geometry.capacity,
+            b"1" if limit.shadow else b"0",
+        ]
+    slots = tuple(_slot_plan(policy, cap) for cap in policy.concurrency)
+    return PolicyPlan(
+        policy,
+        tuple(plans),
+        tuple(args),
+        counts_tenant=any(p.dimension is Dimension.TENANT for p in plans)
+        or any(s.dimension is Dimension.TENANT for s in slots),
+        sharded=tuple(
+            (index, p.limit.shards)
+            for index, p in enumerate(plans)
+            if p.limit.shards > 1
+        ),
+        slots=slots,
+        hot=bool(slots) or any(p.lease for p in plans),
+    )
+
+
+def _limit_plan(policy: Policy, limit: Limit, *, cost: int, share: int) -> LimitPlan:
+    shape = geometry(limit, cost=cost, share=share * limit.shards)
+    return LimitPlan(
+        limit,
+        limit.dimension,
+        f"{limit.dimension.value}-{PERIODS[limit.period]}",
+        key_template(policy.route, limit.dimension, limit.period),
+        shape,
+        # A sharded bucket is advertised whole: shards x what one shard holds.
+        shape.capacity // shape.tick * limit.shards,
+        -(-shape.capacity // _MICROS),  # ceil: q / w never overstates the rate
+        lease=max(1, limit.lease // cost) if limit.lease else 0,
+        lease_us=limit.lease_ms * 1000 if limit.lease else 0,
+    )
+
+
+def _slot_plan(policy: Policy, cap: ConcurrencyLimit) -> SlotPlan:
+    return SlotPlan(
+        cap,
+        cap.dimension,
+        f"{cap.dimension.value}-concurrent",
+        inflight_template(policy.route, cap.dimension),
+        (b"%d" % cap.max_inflight, b"%d" % (cap.timeout * 1000), b"%d" % cap.shadow),
+    )

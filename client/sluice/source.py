@@ -1,0 +1,259 @@
+"""SnapshotSource: the gateway's copy of the rules, polled from the control plane.
+
+Speaks ``docs/gateway-protocol.md``: ``GET <url>`` with the gateway token,
+``If-None-Match``, gzip, and the ``Sluice-Gateway-*`` / ``Sluice-*-Version``
+headers. Promises:
+
+- a request never waits for the control plane: polling runs in a background
+  thread, and :meth:`SnapshotSource.current` only reads memory;
+- a new bundle is verified (shape, rules, hashes) before it replaces the old
+  one; a bad one is kept out and reported on the next poll;
+- the last good bundle is written to ``cache_path`` atomically, and read back
+  at start-up, so a gateway restarted during a control-plane outage enforces
+  what it enforced before; a corrupt file is ignored with one log line;
+- with nothing at all, :func:`.bundle.fallback_snapshot` applies: strict, never
+  unlimited;
+- scheduled snapshots take over at their effective time by the wall clock,
+  even while the control plane is unreachable; expired overrides stop
+  applying because the resolver is given the time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import random
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .bundle import (
+    Bundle,
+    fallback_snapshot,
+    parse_bundle_bytes,
+    read_bundle_file,
+    write_bundle_file,
+)
+from .errors import SnapshotError
+from .snapshot import Snapshot
+
+__all__ = ["PollResult", "SnapshotSource"]
+
+logger = logging.getLogger("sluice.source")
+
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+
+
+class PollResult(StrEnum):
+    APPLIED = "applied"  #: a new bundle was verified and is now in force
+    NOT_MODIFIED = "not_modified"  #: 304: the gateway is up to date
+    REJECTED = "rejected"  #: a bundle came but failed verification; the old one stays
+    FAILED = "failed"  #: no answer, or an error status
+
+
+class SnapshotSource:
+    """Polls ``url`` every ``interval`` seconds (± ``jitter``, a fraction), backing off on errors.
+
+    ``url`` is the full snapshot endpoint, e.g. ``http://cp:8000/api/v1/snapshot``.
+    Call :meth:`start` to poll in a daemon thread, or :meth:`poll_once` directly.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        gateway_id: str,
+        cache_path: str | Path | None = None,
+        interval: float = 5.0,
+        jitter: float = 0.2,
+        timeout: float = 2.0,
+        max_backoff: float = 60.0,
+        wall: Callable[[], float] = time.time,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.url, self.gateway_id = url, gateway_id
+        self.cache_path = Path(cache_path) if cache_path else None
+        self.interval, self.jitter, self.timeout = interval, jitter, timeout
+        self.max_backoff = max_backoff
+        self._token, self._wall, self._rng = token, wall, rng
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0  #: polls failed in a row
+        self.etag: str | None = None  #: of the bundle in force, sent as If-None-Match
+        self._rejected: tuple[int, str] | None = None  #: reported on the next poll
+        self._state: tuple[Snapshot, float, Bundle]  #: in force, next switch, bundle
+        bundle = self._read_cache() or Bundle(fallback_snapshot())
+        self._install(bundle)
+
+    # -- what requests read -------------------------------------------------
+
+    @property
+    def bundle(self) -> Bundle:
+        return self._state[2]
+
+    def current(self) -> Snapshot:
+        """The snapshot in force now: one comparison unless a scheduled switch is due."""
+        state = self._state
+        now = self._wall()
+        if now < state[1]:
+            return state[0]
+        bundle = state[2]
+        fresh = (bundle.in_force(now), bundle.next_switch(now), bundle)
+        with self._lock:
+            if self._state is state:  # a poll may have installed a new bundle meanwhile
+                self._state = fresh
+        return fresh[0]
+
+    def _install(self, bundle: Bundle) -> None:
+        now = self._wall()
+        state = (bundle.in_force(now), bundle.next_switch(now), bundle)
+        with self._lock:
+            self._state = state
+
+    # -- polling ------------------------------------------------------------
+
+    def start(self) -> SnapshotSource:
+        """Poll in a daemon thread: now, then every interval. Returns self."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name=f"sluice-snapshot-{self.gateway_id}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop the polling thread and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except (
+                Exception
+            ):  # the poller must outlive any bug: the gateway keeps its rules
+                self.failures += 1
+                logger.exception("snapshot.poll_crashed")
+            self._stop.wait(self.next_delay())
+
+    def next_delay(self) -> float:
+        """Seconds to the next poll: the interval, doubled per failure up to max_backoff, jittered."""
+        base = min(self.max_backoff, self.interval * 2.0 ** min(self.failures, 30))
+        return base * (1 + self.jitter * (2 * self._rng() - 1))
+
+    def poll_once(self) -> PollResult:
+        """Ask the control plane once; apply, keep, or reject what comes back."""
+        request = urllib.request.Request(self.url, headers=self._headers())
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                body = _decoded(
+                    response.read(), response.headers.get("Content-Encoding")
+                )
+                etag = response.headers.get("ETag")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 304:
+                return self._succeeded(PollResult.NOT_MODIFIED)
+            return self._failed(f"HTTP {exc.code} {exc.reason}")
+        except (OSError, ValueError) as exc:  # URLError, timeouts, resets, bad gzip
+            return self._failed(f"{type(exc).__name__}: {exc}")
+        return self._received(body, etag)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": "application/json",
+            "Accept-Encoding": "gzip",
+            "Sluice-Gateway-Id": self.gateway_id,
+        }
+        if self.etag:
+            headers["If-None-Match"] = self.etag
+        version = self.bundle.active.version
+        if version > 0:  # 0 is the built-in fallback: nothing applied yet
+            headers["Sluice-Applied-Version"] = str(version)
+        if self._rejected is not None:
+            rejected_version, reason = self._rejected
+            headers["Sluice-Rejected-Version"] = str(rejected_version)
+            headers["Sluice-Rejected-Reason"] = reason
+            self._rejected = None
+        return headers
+
+    def _received(self, body: bytes, etag: str | None) -> PollResult:
+        try:
+            bundle = parse_bundle_bytes(body)
+        except SnapshotError as exc:
+            version = _claimed_version(body)
+            logger.warning("snapshot.rejected: version %s: %s", version, exc)
+            if version is not None:
+                self._rejected = (version, _one_line(str(exc)))
+            return self._succeeded(PollResult.REJECTED)
+        self._install(bundle)
+        self.etag = etag
+        self._write_cache(bundle, etag)
+        logger.info("snapshot.applied: version %s", bundle.active.version)
+        return self._succeeded(PollResult.APPLIED)
+
+    def _succeeded(self, result: PollResult) -> PollResult:
+        if self.failures:
+            logger.info("snapshot.reachable: after %d failed polls", self.failures)
+        self.failures = 0
+        return result
+
+    def _failed(self, reason: str) -> PollResult:
+        if not self.failures:  # one line per outage, not one per poll
+            logger.warning("snapshot.unreachable: %s: %s", self.url, reason)
+        self.failures += 1
+        return PollResult.FAILED
+
+    # -- the last good bundle on disk ------------------------------------------
+
+    def _read_cache(self) -> Bundle | None:
+        if self.cache_path is None or not self.cache_path.exists():
+            return None
+        try:
+            bundle, self.etag = read_bundle_file(self.cache_path)
+        except (OSError, SnapshotError) as exc:
+            logger.warning("snapshot.cache_ignored: %s: %s", self.cache_path, exc)
+            return None
+        logger.info("snapshot.cache_loaded: version %s", bundle.active.version)
+        return bundle
+
+    def _write_cache(self, bundle: Bundle, etag: str | None) -> None:
+        if self.cache_path is None:
+            return
+        try:
+            write_bundle_file(self.cache_path, bundle, etag)
+        except OSError as exc:  # a full disk must not stop enforcement
+            logger.warning("snapshot.cache_write_failed: %s: %s", self.cache_path, exc)
+
+
+def _decoded(body: bytes, encoding: str | None) -> bytes:
+    return gzip.decompress(body) if encoding == "gzip" else body
+
+
+def _claimed_version(body: bytes) -> int | None:
+    """The active version a rejected bundle claims, if it can be read at all."""
+    try:
+        data: Any = json.loads(body)
+        version = data["active"]["version"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return (
+        version if isinstance(version, int) and not isinstance(version, bool) else None
+    )
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return _UNPRINTABLE.sub(" ", text).strip()[:limit]

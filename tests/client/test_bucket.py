@@ -1,0 +1,96 @@
+"""The Lua token bucket itself: geometry, integer storage, and Redis TIME under replication."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from sluice import Limiter
+from sluice.bucket import SCRIPT, geometry
+from tests.client.factories import limit, policy, rules, snapshot
+from tests.servers import RedisServer
+
+
+@pytest.mark.parametrize(
+    ("rate", "period", "burst", "cost", "tick", "increment", "capacity"),
+    [
+        (10, 1, 20, 1, 100_000, 100_000, 2_000_000),
+        (3, 1, 3, 1, 333_334, 333_334, 1_000_002),  # rounded up: never faster than 3/s
+        (1000, 60, 100, 5, 60_000, 300_000, 6_000_000),
+        (2_000_000, 1, 10, 1, 1, 1, 10),  # one token per microsecond at most
+    ],
+)
+def test_geometry__limit__integer_microseconds_never_faster_than_the_rate(
+    rate, period, burst, cost, tick, increment, capacity
+):
+    shape = geometry(limit("ip", rate, period, burst), cost=cost)
+    assert (shape.tick, shape.increment, shape.capacity) == (tick, increment, capacity)
+    assert period * 1_000_000 / shape.tick <= rate
+
+
+def test_geometry__shared_by_gateways__a_share_of_rate_and_burst_but_one_request():
+    shape = geometry(limit("ip", 100, 1, 10), cost=4, share=4)
+    assert shape.tick == 40_000  # 25 per second
+    assert shape.capacity == 4 * shape.tick  # 10 // 4 = 2 < cost 4: one request fits
+
+
+def test_script__header__states_units():
+    header = SCRIPT.decode().split("\n\n")[0]
+    assert "MICROSECONDS" in header
+    assert "TIME" in header
+
+
+def test_bucket__stored_value__is_one_integer(redis_client, redis_server):
+    # Given a decision on a per-IP limit
+    limiter = Limiter(
+        redis_server.url,
+        snapshot(rules(policy("default", "*", limit("ip", 5, 1, 5)))),
+        timeout=1.0,
+    )
+    key = limiter.decide(route="search", ip="10.0.0.1").deciding.key
+    # Then the bucket is one string key holding an integer (Redis' compact int encoding)
+    assert redis_client.type(key) == b"string"
+    assert redis_client.object("encoding", key) == b"int"
+
+
+def test_script__with_a_replica__replicates_the_effects_of_time(redis_server):
+    # Given a replica of a primary (Redis 7 replicates scripts by their effects)
+    primary = RedisServer().start()
+    replica = RedisServer(extra=("--replicaof", "127.0.0.1", str(primary.port))).start()
+    try:
+        limiter = Limiter(
+            primary.url,
+            snapshot(rules(policy("default", "*", limit("ip", 5, 3600, 5)))),
+            timeout=1.0,
+        )
+        on_primary = redis.Redis.from_url(primary.url)
+        on_replica = redis.Redis.from_url(replica.url)
+        _wait_for_link(on_primary)
+        # When a decision writes a bucket computed from TIME (an hour-long window, so
+        # the key cannot expire while a loaded machine runs the test)
+        key = limiter.decide(route="search", ip="10.0.0.1").deciding.key
+        assert on_primary.wait(1, 5000) == 1
+        # Then the replica holds exactly the primary's value and expiry (replication is
+        # asynchronous: a loaded machine may apply it a moment after acknowledging)
+        deadline = time.monotonic() + 5
+        while on_replica.get(key) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert on_replica.get(key) == on_primary.get(key)
+        assert on_replica.pexpiretime(key) == on_primary.pexpiretime(key)
+        on_primary.close()
+        on_replica.close()
+    finally:
+        replica.cleanup()
+        primary.cleanup()
+
+
+def _wait_for_link(primary: redis.Redis) -> None:
+    for _ in range(500):
+        if primary.info("replication").get("connected_slaves") == 1:
+            info = primary.info("replication")["slave0"]
+            if info["state"] == "online":
+                return
+        time.sleep(0.01)
+    raise AssertionError("the replica never came online")

@@ -1,0 +1,237 @@
+"""Failure modes on a real Redis that is stopped, paused, restarted; breaker and local buckets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+
+from sluice import (
+    AsyncLimiter,
+    BreakerState,
+    CircuitBreaker,
+    LocalBuckets,
+    Outcome,
+)
+from sluice.bucket import connect
+from sluice.engine import compile_policy
+from sluice.limiter import Limiter
+from tests.client.factories import limit, policy, rules, snapshot
+from tests.servers import RedisServer
+
+RULES = snapshot(rules(policy("default", "*", limit("ip", 100, 60, 8))))
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def private_redis():
+    """A redis-server of this test's own, to stop, pause and restart."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def make_limiter(server, clock, *, timeout=0.5, threshold=3, gateways=4) -> Limiter:
+    return Limiter(
+        connect(server.url, timeout=timeout),
+        RULES,
+        breaker=CircuitBreaker(threshold=threshold, cooldown=2.0, clock=clock),
+        local=LocalBuckets(gateways=gateways, clock=clock),
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "outcome", "status"),
+    [
+        ("/v1/search", "GET", Outcome.FAIL_OPEN, 200),
+        ("/v1/orders/1", "GET", Outcome.FAIL_CLOSED, 503),
+        ("/v1/orders", "POST", Outcome.LOCAL, 200),
+        ("/unrouted", "GET", Outcome.LOCAL, 200),
+    ],
+)
+def test_decide__redis_stopped__route_failure_mode_decides(
+    private_redis, path, method, outcome, status
+):
+    # Given a limiter whose Redis has stopped
+    limiter = make_limiter(private_redis, FakeClock())
+    private_redis.stop()
+    # When a request comes for a route that fails open, closed or local
+    decision = limiter.decide(method=method, path=path, ip="10.0.0.1")
+    # Then the route's mode decides, and the decision says it is degraded and why
+    assert decision.outcome is outcome
+    assert decision.status == status
+    assert decision.degraded
+    assert decision.fail_open is (outcome is Outcome.FAIL_OPEN)
+    assert "ConnectionError" in decision.error
+    if status == 503:
+        assert decision.retry_after >= 1
+
+
+def test_decide__redis_stopped__breaker_opens_and_stops_calling(private_redis):
+    # Given a breaker that opens after 3 failures
+    clock = FakeClock()
+    limiter = make_limiter(private_redis, clock, threshold=3)
+    private_redis.stop()
+    # When requests keep coming
+    failures = [limiter.decide(route="search", ip="10.0.0.1") for _ in range(3)]
+    skipped = limiter.decide(route="search", ip="10.0.0.1")
+    # Then after 3 failed calls Redis is not called at all until the cooldown ends
+    assert all("ConnectionError" in d.error for d in failures)
+    assert limiter.breaker.state is BreakerState.OPEN
+    assert skipped.error == "circuit open"
+    assert skipped.outcome is Outcome.FAIL_OPEN
+
+
+def test_decide__redis_back__probe_closes_breaker_and_reloads_script(private_redis):
+    # Given an open breaker on a Redis that was stopped
+    clock = FakeClock()
+    limiter = make_limiter(private_redis, clock, threshold=1)
+    limiter.decide(route="search", ip="10.0.0.1")
+    private_redis.stop()
+    limiter.decide(route="search", ip="10.0.0.1")
+    assert limiter.breaker.state is BreakerState.OPEN
+    # When Redis is back (empty: no script) and the cooldown has passed
+    private_redis.start()
+    clock.now += 2.0
+    decision = limiter.decide(route="search", ip="10.0.0.1")
+    # Then the probe decides normally and the breaker closes
+    assert not decision.degraded
+    assert decision.outcome is Outcome.ALLOWED
+    assert decision.remaining == 7
+    assert limiter.breaker.state is BreakerState.CLOSED
+
+
+def test_decide__redis_paused__times_out_then_recovers(private_redis):
+    # Given a limiter with a 50 ms timeout, and Redis pausing every write for 2 s
+    limiter = make_limiter(private_redis, FakeClock(), timeout=0.05, threshold=5)
+    admin = redis.Redis.from_url(private_redis.url)
+    admin.execute_command("CLIENT", "PAUSE", 2000, "WRITE")
+    try:
+        # When a decision is asked
+        slow = limiter.decide(route="search", ip="10.0.0.1")
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+    recovered = limiter.decide(route="search", ip="10.0.0.1")
+    # Then it times out into the route's mode, and the next one is normal again
+    assert slow.outcome is Outcome.FAIL_OPEN
+    assert "Timeout" in slow.error
+    assert not recovered.degraded
+    assert recovered.remaining == 7
+
+
+def test_decide__redis_stopped_local_mode__enforces_a_share_of_the_limit(private_redis):
+    # Given a burst of 8 shared by 4 gateways, and Redis stopped
+    limiter = make_limiter(private_redis, FakeClock(), gateways=4)
+    private_redis.stop()
+    # When a client sends 2 orders at once through the local mode
+    decisions = [
+        limiter.decide(method="POST", path="/v1/orders", ip="10.0.0.1")
+        for _ in range(2)
+    ]
+    # Then this gateway's share (8 / 4 = 2 tokens, orders cost 2) admits 1 of them
+    assert [d.allowed for d in decisions] == [True, False]
+    assert decisions[0].outcome is Outcome.LOCAL
+    assert decisions[1].outcome is Outcome.LIMITED
+    assert decisions[1].degraded
+    assert decisions[1].status == 429
+    assert decisions[0].limit == 2
+
+
+def test_async_decide__redis_stopped__same_failure_modes(private_redis):
+    # Given the asyncio limiter on a Redis that has stopped
+    async def scenario():
+        limiter = AsyncLimiter(
+            private_redis.url, RULES, timeout=0.5, breaker=CircuitBreaker(threshold=1)
+        )
+        private_redis.stop()
+        # When requests for an open and a closed route come
+        first = await limiter.decide(route="search", ip="10.0.0.1")
+        second = await limiter.decide(route="orders.read", ip="10.0.0.1")
+        await limiter.aclose()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    # Then the failure modes decide as in the sync limiter; the breaker opened
+    assert first.outcome is Outcome.FAIL_OPEN
+    assert "ConnectionError" in first.error
+    assert second.outcome is Outcome.FAIL_CLOSED
+    assert second.error == "circuit open"
+
+
+def test_breaker__fewer_failures_than_threshold__stays_closed():
+    breaker = CircuitBreaker(threshold=3, clock=FakeClock())
+    breaker.failed()
+    breaker.failed()
+    breaker.succeeded()
+    breaker.failed()
+    breaker.failed()
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.allow()
+
+
+def test_breaker__open__lets_one_probe_through_per_cooldown():
+    # Given an open breaker
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, cooldown=5.0, clock=clock)
+    breaker.failed()
+    # When the cooldown passes, then two callers ask
+    before = breaker.allow()
+    clock.now += 5.0
+    probes = [breaker.allow(), breaker.allow()]
+    # Then exactly one probe goes; its failure reopens for another cooldown
+    assert before is False
+    assert probes == [True, False]
+    breaker.failed()
+    assert breaker.state is BreakerState.OPEN
+    assert breaker.retry_after() == 5.0
+
+
+def test_breaker__probe_never_reports__another_probe_after_a_cooldown():
+    # Given an open breaker whose probe went out and never reported (its caller died)
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, cooldown=5.0, clock=clock)
+    breaker.failed()
+    clock.now += 5.0
+    assert breaker.allow()
+    # When callers ask during the next cooldown, then after it
+    during = breaker.allow()
+    clock.now += 5.0
+    after = [breaker.allow(), breaker.allow()]
+    # Then none goes while the probe may still answer, then one new probe goes,
+    # and its success closes the breaker
+    assert during is False
+    assert after == [True, False]
+    breaker.succeeded()
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.allow()
+
+
+def test_local_buckets__after_refill_time__admit_again():
+    # Given a local share of 1 token refilling every 4 s (1 per second over 4 gateways)
+    clock = FakeClock()
+    plan = compile_policy(policy("default", "*", limit("ip", 1, 1, 4)), cost=1, share=4)
+    buckets = LocalBuckets(gateways=4, clock=clock)
+    first, second = buckets(["k"], plan), buckets(["k"], plan)
+    # When 4 s pass
+    clock.now += 4.0
+    third = buckets(["k"], plan)
+    # Then the bucket admitted, rejected, then admitted again
+    assert [first[0], second[0], third[0]] == [1, 0, 1]
+
+
+def test_local_buckets__more_keys_than_max__forgets_the_oldest():
+    plan = compile_policy(policy("default", "*", limit("ip", 1, 60, 1)), cost=1)
+    buckets = LocalBuckets(gateways=1, max_keys=2, clock=FakeClock())
+    for key in ("a", "b", "c"):
+        buckets([key], plan)
+    assert buckets(["a"], plan)[0] == 1  # forgotten, so full again
+    assert buckets(["c"], plan)[0] == 0

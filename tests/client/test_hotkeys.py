@@ -1,0 +1,163 @@
+"""Hot keys on real Redis and a real Redis Cluster: shards, leases, the reject cache."""
+
+from __future__ import annotations
+
+import redis
+
+from sluice import Limiter, Outcome
+from tests.client.factories import limit, policy, rules, snapshot
+
+
+class Clock:
+    """A monotonic clock the test moves (the limiter's ``clock``)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def limiter_for(store, *limits, clock=None, **options) -> Limiter:
+    rules_ = rules(policy("default", "search", *limits))
+    return Limiter(store.client, snapshot(rules_), clock=clock or Clock(), **options)
+
+
+def keys_of(store, pattern: str) -> list[str]:
+    if isinstance(store.inspect, redis.RedisCluster):
+        found = store.inspect.keys(pattern, target_nodes=redis.RedisCluster.PRIMARIES)
+    else:
+        found = store.inspect.keys(pattern)
+    return sorted(found)
+
+
+def test_shards__hot_tenant__spread_over_shard_keys_of_one_slot(store):
+    # Given a per-tenant limit of 40 per minute, burst 40, split into 4 shards
+    limiter = limiter_for(store, limit("tenant", 40, 60, 40, shards=4))
+    # When the tenant sends 60 requests at once
+    decisions = [limiter.decide(route="search", tenant="acme") for _ in range(60)]
+    # Then no more than the burst passed (shards are never more generous), the
+    # shard keys share the tenant's hash tag, and the whole bucket is advertised
+    admitted = sum(d.allowed for d in decisions)
+    assert 20 <= admitted <= 40
+    shard_keys = keys_of(store, "rl:*")
+    assert shard_keys == [
+        f"rl:{{tenant:acme}}:route:search:tenant:acme:60s:s{i}" for i in range(4)
+    ]
+    if store.cluster:
+        slots = {store.inspect.keyslot(key) for key in shard_keys}
+        assert len(slots) == 1
+    assert decisions[0].limit == 40
+    assert decisions[0].deciding.quota == 40
+
+
+def test_leases__hot_key__one_redis_write_per_lease(store):
+    # Given a limit of 100 per minute leased 10 tokens at a time
+    limiter = limiter_for(store, limit("tenant", 100, 60, 100, lease=10))
+    key = "rl:{tenant:acme}:route:search:tenant:acme:60s"
+    # When the first request takes a lease
+    first = limiter.decide(route="search", tenant="acme")
+    after_lease = store.inspect.get(key)
+    # and nine more are decided
+    rest = [limiter.decide(route="search", tenant="acme") for _ in range(9)]
+    # Then Redis was charged 10 tokens once, and the nine were spent in process
+    assert first.allowed
+    assert all(d.allowed for d in rest)
+    assert store.inspect.get(key) == after_lease
+    assert limiter.leases.taken == 1
+    assert limiter.leases.local == 9
+    assert first.remaining == 90
+    # and the eleventh takes the next lease
+    limiter.decide(route="search", tenant="acme")
+    assert store.inspect.get(key) != after_lease
+    assert limiter.leases.taken == 2
+
+
+def test_leases__lease_time_passes__unspent_tokens_dropped(store):
+    # Given a lease of 10 tokens for 200 ms, and one request spent from it
+    clock = Clock()
+    limiter = limiter_for(
+        store, limit("tenant", 100, 60, 100, lease=10, lease_ms=200), clock=clock
+    )
+    limiter.decide(route="search", tenant="acme")
+    # When 200 ms pass on the gateway's clock
+    clock.now += 0.2
+    decision = limiter.decide(route="search", tenant="acme")
+    # Then the nine unspent tokens are gone (never given back) and a new lease is taken
+    assert decision.allowed
+    assert limiter.leases.taken == 2
+    assert decision.remaining == 80
+
+
+def test_leases__several_gateways__admit_no_more_than_redis_granted(store):
+    # Given three gateways leasing 4 tokens at a time from one bucket of 10
+    # that refills one token a day
+    gateways = [
+        limiter_for(store, limit("tenant", 1, 86400, 10, lease=4)) for _ in range(3)
+    ]
+    # When each sends 10 requests, in turns
+    admitted = 0
+    for _ in range(10):
+        for gateway in gateways:
+            admitted += gateway.decide(route="search", tenant="acme").allowed
+    # Then exactly the bucket was admitted: leases move tokens, they never add any
+    assert admitted == 10
+
+
+def test_leases__other_limit_rejects__leased_token_given_back(store):
+    # Given a leased per-tenant limit and a strict per-user limit of 1
+    limiter = limiter_for(
+        store,
+        limit("tenant", 100, 60, 100, lease=10),
+        limit("user", 1, 86400, 1),
+    )
+    limiter.decide(route="search", tenant="acme", user="a")
+    held = limiter.leases.held()
+    # When the user's limit rejects the next request
+    rejected = limiter.decide(route="search", tenant="acme", user="a")
+    # Then the token spent from the lease is back in the pool
+    assert not rejected.allowed
+    assert [s.name for s in rejected.violated] == ["user-day"]
+    assert limiter.leases.held() == held
+
+
+def test_reject_cache__rejected_key__rejected_in_process_until_retry_after(store):
+    # Given a bucket of 2 per minute that has rejected a request
+    clock = Clock()
+    limiter = limiter_for(store, limit("tenant", 2, 60, 2), clock=clock)
+    for _ in range(3):
+        limiter.decide(route="search", tenant="acme")
+    # When the bucket is emptied in Redis behind the gateway's back
+    store.flush()
+    again = limiter.decide(route="search", tenant="acme")
+    # Then the gateway still rejects without asking Redis, with the same answer shape
+    assert not again.allowed
+    assert again.outcome is Outcome.LIMITED
+    assert 25 < again.retry_after <= 30
+    assert limiter.rejections.hits == 1
+    assert store.inspect.get("rl:{tenant:acme}:route:search:tenant:acme:60s") is None
+    # and once the retry-after has passed on its clock, it asks Redis again
+    clock.now += 30
+    assert limiter.decide(route="search", tenant="acme").allowed
+
+
+def test_reject_cache__turned_off__every_request_asks_redis(store):
+    limiter = limiter_for(store, limit("tenant", 2, 60, 2), reject_cache=False)
+    for _ in range(3):
+        limiter.decide(route="search", tenant="acme")
+    store.flush()
+    assert limiter.decide(route="search", tenant="acme").allowed
+
+
+def test_reject_cache__other_tenant_same_user__decided_in_redis(store):
+    # Given a tenant rejected by an enforcing limit, and a shadow limit that would reject
+    limiter = limiter_for(
+        store, limit("tenant", 2, 60, 2), limit("user", 1, 60, 1, shadow=True)
+    )
+    for _ in range(3):
+        limiter.decide(route="search", tenant="acme", user="u")
+    # When another tenant (same user id) comes
+    other = limiter.decide(route="search", tenant="globex", user="u")
+    # Then it is decided in Redis on its own buckets
+    assert other.allowed
+    assert limiter.rejections.hits == 0

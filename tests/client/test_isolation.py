@@ -1,0 +1,33 @@
+"""The client never loads Django: gateways embed it without the control plane."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+
+import sluice
+
+
+def test_import__every_client_module__loads_no_django():
+    # Given every module of the client except the Django adapter
+    modules = [
+        f"sluice.{info.name}"
+        for info in pkgutil.iter_modules(sluice.__path__)
+        if info.name != "django"
+    ]
+    assert "sluice.limiter" in modules
+    code = "\n".join(
+        [
+            "import sys",
+            "import sluice",
+            *(f"import {name}" for name in modules),
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))",
+        ]
+    )
+    # When they are imported in a fresh interpreter
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    # Then no django module was loaded
+    assert result.stdout.strip() == "[]"
