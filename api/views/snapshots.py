@@ -24,29 +24,30 @@ from limits.bundle import Bundle, snapshot_bundle_get
 from limits.fleet import GatewayReport, parse_gateway_id
 from limits.models import GatewayToken, Snapshot
 from limits.polling import gateway_poll
+from sluice import protocol
 
 GATEWAY_HEADERS = [
     OpenApiParameter(
-        "Sluice-Gateway-Id",
+        protocol.GATEWAY_ID,
         str,
         OpenApiParameter.HEADER,
         required=True,
         description="A stable id of the gateway, e.g. its host name.",
     ),
     OpenApiParameter(
-        "Sluice-Applied-Version",
+        protocol.APPLIED_VERSION,
         int,
         OpenApiParameter.HEADER,
         description="The snapshot version the gateway enforces now.",
     ),
     OpenApiParameter(
-        "Sluice-Rejected-Version",
+        protocol.REJECTED_VERSION,
         int,
         OpenApiParameter.HEADER,
         description="A version the gateway refused.",
     ),
     OpenApiParameter(
-        "Sluice-Rejected-Reason",
+        protocol.REJECTED_REASON,
         str,
         OpenApiParameter.HEADER,
         description="Why it refused it (one line).",
@@ -58,7 +59,6 @@ GATEWAY_HEADERS = [
         description="The ETag of the bundle the gateway holds.",
     ),
 ]
-MAX_REASON = 300
 
 
 def _reject_query(request) -> None:
@@ -85,16 +85,18 @@ def _optional_int(request, header: str) -> int | None:
 def gateway_report(request) -> GatewayReport:
     """The ``Sluice-Gateway-*`` headers of a poll; 400 naming the header that is wrong."""
     try:
-        gateway = parse_gateway_id(request.headers.get("Sluice-Gateway-Id", ""))
+        gateway = parse_gateway_id(request.headers.get(protocol.GATEWAY_ID, ""))
     except ValueError as exc:
         raise exceptions.ValidationError(
-            {"Sluice-Gateway-Id": [str(exc).capitalize() + "."]}
+            {protocol.GATEWAY_ID: [str(exc).capitalize() + "."]}
         ) from None
-    reason = request.headers.get("Sluice-Rejected-Reason", "")[:MAX_REASON]
+    reason = request.headers.get(protocol.REJECTED_REASON, "")[
+        : protocol.MAX_REJECTED_REASON
+    ]
     return GatewayReport(
         gateway=gateway,
-        applied=_optional_int(request, "Sluice-Applied-Version"),
-        rejected=_optional_int(request, "Sluice-Rejected-Version"),
+        applied=_optional_int(request, protocol.APPLIED_VERSION),
+        rejected=_optional_int(request, protocol.REJECTED_VERSION),
         reason=reason,
         seen=time.time(),
         token="",

@@ -34,6 +34,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from . import protocol
 from .bundle import (
     Bundle,
     fallback_snapshot,
@@ -176,17 +177,17 @@ class SnapshotSource:
             "Authorization": f"Bearer {self._token}",
             "Accept": "application/json",
             "Accept-Encoding": "gzip",
-            "Sluice-Gateway-Id": self.gateway_id,
+            protocol.GATEWAY_ID: self.gateway_id,
         }
         if self.etag:
             headers["If-None-Match"] = self.etag
         version = self.bundle.active.version
         if version > 0:  # 0 is the built-in fallback: nothing applied yet
-            headers["Sluice-Applied-Version"] = str(version)
+            headers[protocol.APPLIED_VERSION] = str(version)
         if self._rejected is not None:
             rejected_version, reason = self._rejected
-            headers["Sluice-Rejected-Version"] = str(rejected_version)
-            headers["Sluice-Rejected-Reason"] = reason
+            headers[protocol.REJECTED_VERSION] = str(rejected_version)
+            headers[protocol.REJECTED_REASON] = reason
             self._rejected = None
         return headers
 

@@ -1,0 +1,29 @@
+"""The gateway protocol's names, shared by the control plane and every gateway.
+
+A gateway polls ``GET /api/v1/snapshot`` (``docs/gateway-protocol.md``) and
+reports, on every poll, who it is and which version it enforces. The control
+plane reads these headers and the client writes them: both import them from here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APPLIED_VERSION",
+    "GATEWAY_ID",
+    "MAX_REJECTED_REASON",
+    "REJECTED_REASON",
+    "REJECTED_VERSION",
+    "SNAPSHOT_PATH",
+]
+
+#: Where the bundle of snapshots is served, under the control plane's URL.
+SNAPSHOT_PATH = "/api/v1/snapshot"
+#: A stable id of the gateway (its host name, say): the fleet page's row.
+GATEWAY_ID = "Sluice-Gateway-Id"
+#: The version the gateway enforces now (absent before its first snapshot).
+APPLIED_VERSION = "Sluice-Applied-Version"
+#: A version the gateway refused to switch to, and why (one line).
+REJECTED_VERSION = "Sluice-Rejected-Version"
+REJECTED_REASON = "Sluice-Rejected-Reason"
+#: The control plane keeps this many characters of a rejection reason.
+MAX_REJECTED_REASON = 300
