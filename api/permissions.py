@@ -7,7 +7,7 @@ which raise PermissionDenied; the exception handler turns that into 403.
 from rest_framework import permissions
 
 from limits.choices import Role
-from limits.roles import user_role
+from limits.core.roles import user_role
 
 from .authentication import GatewayAuth
 

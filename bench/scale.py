@@ -31,10 +31,10 @@ from django.utils import timezone  # noqa: E402
 from bench.common import machine_line, spread, table  # noqa: E402
 from bench.resolution import resolution_rows  # noqa: E402
 from bench.rules_data import RuleSet, load_rules  # noqa: E402
-from limits.audit import Actor  # noqa: E402
 from limits.bundle import snapshot_bundle_get  # noqa: E402
 from limits.choices import ScopeKind  # noqa: E402
 from limits.compiling import rules_compile  # noqa: E402
+from limits.core.audit import Actor  # noqa: E402
 from limits.diffing import rules_diff, snapshot_diff  # noqa: E402
 from limits.explain import explain  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402

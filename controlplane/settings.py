@@ -212,7 +212,7 @@ SLUICE_REMINDERS = env_durations("SLUICE_REMINDERS", "7d,1d")
 SLUICE_ANNOUNCE_INTERVAL = env_int("SLUICE_ANNOUNCE_INTERVAL", 60)
 #: Seconds a webhook endpoint has to answer one delivery attempt.
 SLUICE_WEBHOOK_TIMEOUT = env_int("SLUICE_WEBHOOK_TIMEOUT", 10)
-# Webhooks to private, loopback and link-local addresses (limits.egress): allowed
+# Webhooks to private, loopback and link-local addresses (limits.core.egress): allowed
 # on a development machine (receivers on localhost), refused in production.
 SLUICE_WEBHOOK_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOK_ALLOW_PRIVATE", DEBUG)
 #: Fernet keys that encrypt webhook signing secrets at rest, comma-separated: the

@@ -23,12 +23,12 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from limits.audit import Actor, audit_record
 from limits.changelog import public_changes, tenant_changes, tiers_of
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
+from limits.core.audit import Actor, audit_record
+from limits.core.roles import require_publisher
 from limits.deliveries import EVENT_TYPES, deliveries_enqueue
 from limits.models import Announcement, Delivery, Snapshot, Tenant, WebhookEndpoint
-from limits.roles import require_publisher
 
 __all__ = [
     "announcement_create",

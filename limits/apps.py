@@ -10,7 +10,7 @@ class LimitsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from limits.roles import sync_role_groups
+        from limits.core.roles import sync_role_groups
 
         post_migrate.connect(
             sync_role_groups, sender=self, dispatch_uid="limits.sync_role_groups"

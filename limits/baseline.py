@@ -10,7 +10,7 @@ from typing import Any
 
 from django.apps import apps as global_apps
 
-from limits.roles import sync_role_groups
+from limits.core.roles import sync_role_groups
 
 __all__ = ["baseline_ensure", "default_policy_ensure"]
 

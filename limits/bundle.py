@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import redis
 from django.db.models import Count, Max
 
+from limits.core.store import redis_client
 from limits.models import Snapshot
 from limits.selectors import snapshot_get_active, snapshot_scheduled
-from limits.store import redis_client
 
 __all__ = [
     "BUNDLE_KEY",

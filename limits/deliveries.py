@@ -30,8 +30,8 @@ from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from limits.audit import Actor, audit_record
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
+from limits.core.audit import Actor, audit_record
 from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from limits.webhooks import (
     PostResult,

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from django.conf import settings
 
-from limits.store import redis_client
+from limits.core.store import redis_client
 
 __all__ = [
     "FLEET_KEY",

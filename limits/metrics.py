@@ -33,8 +33,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from limits.choices import Outcome
+from limits.core.store import redis_client
 from limits.models import Snapshot, StatCounter
-from limits.store import redis_client
 
 __all__ = [
     "COUNTERS_KEY",

@@ -36,10 +36,10 @@ import redis
 from django.conf import settings
 
 from limits.bundle import BUNDLE_KEY
+from limits.core.store import redis_client
 from limits.fleet import FLEET_KEY, GatewayReport, report_json
 from limits.metrics import COUNTERS_KEY, SNAPSHOT_POLLS, counter_field, metric_increment
 from limits.models import GatewayToken, hash_secret
-from limits.store import redis_client
 from limits.tokens import GATEWAY_TOKEN_KEY, gateway_token_authenticate
 
 __all__ = [

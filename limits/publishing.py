@@ -22,7 +22,6 @@ from django.utils import timezone
 
 from limits import models
 from limits.announcements import announcement_create
-from limits.audit import Actor, audit_record
 from limits.bundle import snapshot_bundle_refresh
 from limits.choices import AuditAction, SnapshotKind
 from limits.compiling import (
@@ -31,10 +30,11 @@ from limits.compiling import (
     route_to_snapshot,
     rules_compile,
 )
+from limits.core.audit import Actor, audit_record
+from limits.core.roles import require_publisher
 from limits.diffing import rules_diff
 from limits.notice import notice_check, notice_days
 from limits.problems import InvalidRules, NothingToPublish, problem_text
-from limits.roles import require_publisher
 from limits.selectors import snapshot_rules
 from sluice import snapshot
 from sluice.validation import validate_rules

@@ -21,7 +21,6 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from limits import models
-from limits.audit import Actor, audit_record, serialize_for_audit
 from limits.choices import AuditAction
 from limits.compiling import (
     limit_rows_from_snapshot,
@@ -29,6 +28,7 @@ from limits.compiling import (
     route_to_snapshot,
     rules_compile,
 )
+from limits.core.audit import Actor, audit_record, serialize_for_audit
 from limits.publishing import publishing_lock, require_publisher, snapshot_store
 from limits.selectors import snapshot_rules
 from sluice import snapshot

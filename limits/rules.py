@@ -15,11 +15,11 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from limits.audit import Actor, audit_record, serialize_for_audit
 from limits.choices import AuditAction, LimitKind, Role
 from limits.compiling import policy_to_snapshot
+from limits.core.audit import Actor, audit_record, serialize_for_audit
+from limits.core.roles import can_edit_policy, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
-from limits.roles import can_edit_policy, user_role
 from sluice.validation import policy_problems
 
 __all__ = [

@@ -29,9 +29,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from limits.core.store import redis_client
 from limits.models import DecisionMinute, Rejection, StreamEntry
 from limits.stats_tally import Tally, entry_ms
-from limits.store import redis_client
 
 __all__ = [
     "CONSUMER",

@@ -19,9 +19,9 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from limits.audit import Actor, audit_record
 from limits.changelog import ChangelogEntry, entry_of, tenant_changes, tiers_of
 from limits.choices import AuditAction
+from limits.core.audit import Actor, audit_record
 from limits.explain import EffectiveLimit, effective_limits
 from limits.models import Announcement, Tenant, TenantLink
 from limits.selectors import snapshot_get_active

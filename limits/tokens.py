@@ -7,11 +7,11 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from limits.audit import Actor, audit_record
 from limits.choices import AuditAction
+from limits.core.audit import Actor, audit_record
+from limits.core.store import redis_client
 from limits.models import ApiToken, GatewayToken, hash_secret
 from limits.models.tokens import Token
-from limits.store import redis_client
 
 __all__ = [
     "api_token_authenticate",

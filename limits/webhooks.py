@@ -21,13 +21,13 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
-from limits.audit import Actor, audit_record
 from limits.choices import AuditAction, Role
-from limits.egress import public_opener
+from limits.core.audit import Actor, audit_record
+from limits.core.egress import public_opener
+from limits.core.roles import user_role
+from limits.core.secrets import secret_decrypt, secret_encrypt
 from limits.models import WebhookEndpoint
-from limits.roles import user_role
 from limits.rules import StaleRevision
-from limits.secrets import secret_decrypt, secret_encrypt
 
 __all__ = [
     "SIGNATURE_HEADER",

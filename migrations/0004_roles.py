@@ -5,7 +5,7 @@ from django.db import migrations
 
 
 def create_role_groups(apps, schema_editor):
-    from limits.roles import sync_role_groups
+    from limits.core.roles import sync_role_groups
 
     for app_config in apps.get_app_configs():  # permissions are otherwise made after migrate
         app_config.models_module = True

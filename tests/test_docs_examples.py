@@ -7,7 +7,7 @@ from wsgiref.util import setup_testing_defaults
 
 import pytest
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import GatewayToken
 from limits.tokens import token_create
 

@@ -3,7 +3,7 @@
 from rest_framework import exceptions, mixins, viewsets
 
 from api.etags import ETagMixin, expected_revision
-from limits.audit import Actor
+from limits.core.audit import Actor
 
 PAGINATION_PARAMS = {"limit", "offset"}
 

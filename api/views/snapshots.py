@@ -19,8 +19,8 @@ from rest_framework.views import APIView
 from api.authentication import GatewayTokenAuthentication, bearer_secret
 from api.permissions import GatewayOrRole
 from api.schema import ErrorSerializer
-from limits.audit import client_ip
 from limits.bundle import Bundle, snapshot_bundle_get
+from limits.core.audit import client_ip
 from limits.fleet import GatewayReport, parse_gateway_id
 from limits.models import GatewayToken, Snapshot
 from limits.polling import gateway_poll

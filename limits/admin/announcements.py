@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from limits.announcements import announcement_note_update
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import Announcement
 from limits.tenant_links import tenant_link_issue, tenant_link_path, tenant_link_revoke
 

@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 
 from limits import rules
-from limits.audit import Actor
+from limits.core.audit import Actor
 
 
 class ServiceValidatedForm(forms.ModelForm):

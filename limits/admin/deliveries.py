@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.deliveries import delivery_resend, webhook_endpoint_test
 from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from limits.webhooks import (

@@ -12,8 +12,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.compiling import rules_compile
+from limits.core.audit import Actor
 from limits.diffing import ACTIVE, WORKING_COPY, rules_diff, rules_of, snapshot_diff
 from limits.explain import ExplainSource, explain
 from limits.models import Route, Snapshot

@@ -9,11 +9,11 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from limits import rules
-from limits.audit import Actor
 from limits.choices import Role, ScopeKind
+from limits.core.audit import Actor
+from limits.core.roles import can_edit_policy, user_role
 from limits.explain import effective_limits
 from limits.models import Limit, Policy, Route, Tenant, Tier
-from limits.roles import can_edit_policy, user_role
 
 from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin

@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.fleet import fleet_status
 from limits.models import ApiToken, GatewayToken
 from limits.selectors import snapshot_get_active

@@ -8,7 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from limits.choices import DeliveryChannel, DeliveryKind, DeliveryState
-from limits.egress import url_problem
+from limits.core.egress import url_problem
 
 from .announcements import Announcement
 from .rules import Tenant
@@ -19,7 +19,7 @@ __all__ = ["Delivery", "DeliveryAttempt", "WebhookEndpoint"]
 class WebhookEndpoint(models.Model):
     """A URL of a tenant that receives signed announcements.
 
-    The signing secret is kept encrypted (``limits.secrets``): signing needs the
+    The signing secret is kept encrypted (``limits.core.secrets``): signing needs the
     secret itself, so it cannot be hashed like an API token. It is shown once,
     when created or rotated; ``secret_prefix`` identifies it afterwards.
     """

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import AuditAction
+from limits.core.audit import Actor
 from limits.models import AuditEntry, Delivery, Limit
 from limits.publishing import snapshot_publish
 from tests.factories import TenantFactory
@@ -74,7 +74,7 @@ def test_webhook_endpoint__bad_url__400_with_field(api, acme, product_user):
 def test_webhook_endpoint__private_address_in_production__400_naming_url(
     api, acme, product_user, settings
 ):
-    # Given production settings (limits.egress: public addresses only)
+    # Given production settings (limits.core.egress: public addresses only)
     settings.SLUICE_WEBHOOK_ALLOW_PRIVATE = False
     # When product registers a cloud metadata address as an endpoint
     response = api.as_user(product_user).post(

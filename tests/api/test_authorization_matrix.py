@@ -11,7 +11,7 @@ import yaml
 from django.test import Client
 from django.utils import timezone
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import ApiToken, AuditEntry, GatewayToken
 from limits.publishing import snapshot_publish
 from limits.tokens import token_create

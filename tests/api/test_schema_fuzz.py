@@ -15,7 +15,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import ApiToken
 from limits.tokens import token_create
 

@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.bundle import snapshot_bundle_get
+from limits.core.audit import Actor
 from limits.models import GatewayToken, Limit
 from limits.publishing import snapshot_publish
 from limits.tokens import token_create, token_revoke

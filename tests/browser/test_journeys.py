@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import GatewayToken, Policy
 from limits.tokens import token_create
 from sluice.source import PollResult, SnapshotSource

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import DeliveryKind, DeliveryState
+from limits.core.audit import Actor
 from limits.models import Delivery
 from limits.publishing import snapshot_publish
 from tests.celery_fixtures import wait_until

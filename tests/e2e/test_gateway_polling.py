@@ -7,7 +7,7 @@ against each other over HTTP, with Django served by pytest-django's live server.
 import pytest
 from rest_framework.test import APIClient
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import GatewayToken
 from limits.publishing import snapshot_publish
 from limits.tokens import token_create

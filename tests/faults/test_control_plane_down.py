@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import GatewayToken
 from limits.publishing import snapshot_publish
 from limits.tokens import token_create

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import Limit, WebhookEndpoint
 from limits.publishing import snapshot_publish
 from limits.webhooks import webhook_endpoint_create

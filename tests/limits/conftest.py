@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from limits.audit import Actor
 from limits.choices import Role
+from limits.core.audit import Actor
 from tests.limits.announce_fixtures import published  # noqa: F401  (fixture)
 from tests.receiver import receiver  # noqa: F401  (fixture)
 

@@ -7,8 +7,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from limits import rules
-from limits.audit import Actor
 from limits.choices import AuditAction, ScopeKind
+from limits.core.audit import Actor
 from limits.models import AuditEntry, Policy, Tier
 from tests.factories import (
     PolicyFactory,

@@ -9,8 +9,8 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from limits.choices import DeliveryState
+from limits.core.secrets import secret_decrypt
 from limits.models import Delivery, Snapshot, TenantLink, WebhookEndpoint
-from limits.secrets import secret_decrypt
 from limits.tasks import delivery_send_task
 from tests.limits.announce_fixtures import lower_pro_search
 

@@ -9,11 +9,11 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import Role
+from limits.core.audit import Actor
+from limits.core.roles import role_permissions
 from limits.models import Limit, Route, Snapshot
 from limits.publishing import snapshot_publish
-from limits.roles import role_permissions
 
 # These tests are about publishing mechanics, not the notice period.
 pytestmark = pytest.mark.usefixtures("no_notice_period")

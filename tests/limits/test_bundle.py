@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.bundle import (
     BUNDLE_KEY,
     snapshot_bundle_build,
@@ -17,6 +16,7 @@ from limits.bundle import (
     snapshot_bundle_get,
     snapshot_bundle_sync,
 )
+from limits.core.audit import Actor
 from limits.models import Limit
 from limits.publishing import snapshot_activate_due, snapshot_publish
 from sluice import Snapshot as SnapshotDocument

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import ScopeKind
+from limits.core.audit import Actor
 from limits.models import Limit
 from limits.publishing import snapshot_publish
 from tests.factories import PolicyFactory, TierFactory

@@ -12,12 +12,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
+from limits.core.audit import Actor
+from limits.core.secrets import secret_decrypt
 from limits.deliveries import delivery_resend, delivery_send, webhook_endpoint_test
 from limits.models import AuditEntry, Delivery, WebhookEndpoint
 from limits.publishing import snapshot_publish
-from limits.secrets import secret_decrypt
 from limits.tasks import announcement_notify_task, delivery_send_task
 from limits.webhooks import webhook_endpoint_create
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search

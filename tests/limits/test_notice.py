@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import AuditAction
+from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
 from limits.notice import NoticePeriodTooShort
 from limits.publishing import snapshot_publish

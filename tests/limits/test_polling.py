@@ -2,8 +2,8 @@
 
 import pytest
 
-from limits.audit import Actor
 from limits.bundle import BUNDLE_KEY
+from limits.core.audit import Actor
 from limits.metrics import COUNTERS_KEY, SNAPSHOT_POLLS, counter_field
 from limits.models import GatewayToken
 from limits.publishing import snapshot_publish

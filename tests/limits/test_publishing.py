@@ -13,9 +13,9 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import AuditAction, Dimension, ScopeKind
 from limits.compiling import rules_compile
+from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tier
 from limits.models.snapshots import SnapshotStatus
 from limits.publishing import (

@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from limits.announcements import announcements_dispatch_due, reminders_send_due
-from limits.audit import Actor
 from limits.choices import DeliveryKind
+from limits.core.audit import Actor
 from limits.models import Announcement, Delivery
 from limits.publishing import snapshot_publish
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search

@@ -8,9 +8,9 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from limits.audit import Actor
 from limits.choices import AuditAction, ScopeKind, SnapshotKind
 from limits.compiling import rules_compile
+from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
 from limits.publishing import NothingToPublish, snapshot_publish
 from limits.rollback import snapshot_rollback

@@ -14,8 +14,8 @@ from django.db import (
 from django.utils import timezone
 
 from limits import rules
-from limits.audit import Actor
 from limits.choices import AuditAction, Dimension, ScopeKind
+from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Tenant, Tier
 from tests.factories import (
     PolicyFactory,

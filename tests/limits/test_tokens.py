@@ -2,7 +2,7 @@
 
 import pytest
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import GatewayToken
 from limits.tokens import gateway_token_authenticate, token_create, token_revoke
 

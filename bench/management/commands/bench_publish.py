@@ -3,8 +3,8 @@ version for a running fleet to download."""
 
 from django.core.management.base import BaseCommand
 
-from limits.audit import Actor
 from limits.choices import ScopeKind
+from limits.core.audit import Actor
 from limits.models import Limit
 from limits.publishing import snapshot_publish
 

@@ -3,7 +3,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.models import ApiToken, GatewayToken
 from limits.tokens import token_create
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from limits.audit import Actor
+from limits.core.audit import Actor
 from limits.publishing import snapshot_publish
 
 

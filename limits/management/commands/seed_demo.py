@@ -8,8 +8,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from limits import rules
-from limits.audit import Actor
 from limits.choices import Dimension, FailureMode, LimitKind, Period, Role, ScopeKind
+from limits.core.audit import Actor
 from limits.models import (
     GatewayToken,
     Limit,

@@ -1,4 +1,4 @@
-"""Webhooks go to public addresses only, unless SLUICE_WEBHOOK_ALLOW_PRIVATE (limits.egress).
+"""Webhooks go to public addresses only, unless SLUICE_WEBHOOK_ALLOW_PRIVATE (limits.core.egress).
 
 The suite runs with it on (receivers listen on 127.0.0.1); these tests turn it
 off, as production settings do, and try what a careless or hostile URL would.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from limits.egress import address_allowed, url_problem
+from limits.core.egress import address_allowed, url_problem
 from limits.models import WebhookEndpoint
 from limits.webhooks import webhook_post
 from tests.factories import TenantFactory
