@@ -5,7 +5,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler
 
-from limits.rules import StaleRevision
+from limits.core.audit import StaleRevision
 
 from .etags import etag_for
 

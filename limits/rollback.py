@@ -21,14 +21,18 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from limits import models
-from limits.choices import AuditAction
 from limits.compiling import (
     limit_rows_from_snapshot,
     policy_to_snapshot,
     route_to_snapshot,
     rules_compile,
 )
-from limits.core.audit import Actor, audit_record, serialize_for_audit
+from limits.core.audit import (
+    Actor,
+    audited_delete,
+    audited_save,
+    serialize_for_audit,
+)
 from limits.publishing import publishing_lock, require_publisher, snapshot_store
 from limits.selectors import snapshot_rules
 from sluice import snapshot
@@ -173,32 +177,14 @@ def _before(row) -> dict | None:
 
 
 def _save(row, before, actor, reason, *, limits=None) -> None:
-    if before is not None:
-        row.revision += 1
-    row.save()
-    if limits is not None:
-        row.limits.all().delete()
-        models.Limit.objects.bulk_create(limit_rows_from_snapshot(row, limits))
-        row = models.Policy.objects.prefetch_related("limits").get(pk=row.pk)
-    audit_record(
-        actor=actor,
-        action=AuditAction.UPDATE if before is not None else AuditAction.CREATE,
-        obj=row,
-        before=before,
-        after=serialize_for_audit(row),
-        reason=reason,
-    )
+    def write() -> None:
+        row.save()
+        if limits is not None:
+            row.limits.all().delete()
+            models.Limit.objects.bulk_create(limit_rows_from_snapshot(row, limits))
+
+    audited_save(row, actor=actor, before=before, reason=reason, write=write)
 
 
 def _delete(row, actor, reason) -> None:
-    before, shown, pk = serialize_for_audit(row), str(row), row.pk
-    row.delete()
-    audit_record(
-        actor=actor,
-        action=AuditAction.DELETE,
-        object_type=row._meta.model_name,
-        object_id=str(pk),
-        object_repr=shown,
-        before=before,
-        reason=reason,
-    )
+    audited_delete(row, actor=actor, before=serialize_for_audit(row), reason=reason)

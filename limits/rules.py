@@ -2,7 +2,8 @@
 
 The admin and the REST API both call these; neither writes rule rows itself.
 Optimistic concurrency: pass ``expected_revision`` and the row is locked and
-compared before the write (``StaleRevision`` when someone else got there first).
+compared before the write (``limits.core.audit.StaleRevision`` when someone else
+got there first).
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from limits.choices import AuditAction, LimitKind, Role
+from limits.choices import LimitKind, Role
 from limits.compiling import policy_to_snapshot
-from limits.core.audit import Actor, audit_record, serialize_for_audit
-from limits.core.roles import can_edit_policy, user_role
+from limits.core.audit import Actor, audited_delete, audited_save, row_lock
+from limits.core.roles import can_edit_policy, require_role, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
 from sluice.validation import policy_problems
 
 __all__ = [
-    "StaleRevision",
     "policy_save",
     "policy_validate",
     "rule_delete",
@@ -32,41 +32,6 @@ __all__ = [
 ]
 
 RuleObject = Tier | Tenant | Route | Policy
-
-
-class StaleRevision(Exception):
-    """The object changed since the caller read it (HTTP 412)."""
-
-    def __init__(self, obj: db.Model, current: int) -> None:
-        super().__init__(
-            f"This {obj._meta.verbose_name} changed since you read it (it is at revision "
-            f"{current} now): fetch it again and retry."
-        )
-        self.current = current
-
-
-def _lock(obj: RuleObject, expected_revision: int | None) -> dict | None:
-    """Lock the stored row of ``obj``; return its audited state (None for a new object)."""
-    if obj.pk is None:
-        return None
-    stored = type(obj).objects.select_for_update().get(pk=obj.pk)
-    if expected_revision is not None and stored.revision != expected_revision:
-        raise StaleRevision(obj, stored.revision)
-    return serialize_for_audit(stored)
-
-
-def _write(obj: db.Model, *, actor: Actor, before: dict | None, reason: str) -> None:
-    if before is not None:
-        obj.revision += 1
-    obj.save()
-    audit_record(
-        actor=actor,
-        action=AuditAction.UPDATE if before is not None else AuditAction.CREATE,
-        obj=obj,
-        before=before,
-        after=serialize_for_audit(obj),
-        reason=reason,
-    )
 
 
 @transaction.atomic
@@ -78,10 +43,10 @@ def rule_save(
     reason: str = "",
 ) -> Tier | Tenant | Route:
     """Create or update a tier, tenant or route; validated, audited, revision bumped."""
-    _require_role(actor, Role.PRODUCT)
-    before = _lock(obj, expected_revision)
+    require_role(actor, Role.PRODUCT, to="change this")
+    before = row_lock(obj, expected_revision=expected_revision)
     rule_validate(obj=obj)
-    _write(obj, actor=actor, before=before, reason=reason)
+    audited_save(obj, actor=actor, before=before, reason=reason)
     return obj
 
 
@@ -204,29 +169,23 @@ def policy_save(
     ``limits`` may mix saved and new rows; saved limits of the policy that are
     not in it are deleted.
     """
-    before = _lock(policy, expected_revision)
+    before = row_lock(policy, expected_revision=expected_revision)
     if before is not None:
         stored = Policy(scope=before["scope"], expires_at=before["expires_at"])
         _check_policy_permission(actor, stored, stored=True)
     policy_validate(policy=policy, limits=limits, actor=actor)
-    if before is not None:
-        policy.revision += 1
-    policy.save()
-    keep = [limit.pk for limit in limits if limit.pk is not None]
-    policy.limits.exclude(pk__in=keep).delete()
-    for limit in limits:
-        limit.policy = policy
-        if limit.pk is not None:
-            limit.revision += 1
-        limit.save()
-    audit_record(
-        actor=actor,
-        action=AuditAction.UPDATE if before is not None else AuditAction.CREATE,
-        obj=policy,
-        before=before,
-        after=serialize_for_audit(policy),
-        reason=policy.reason,
-    )
+
+    def write() -> None:
+        policy.save()
+        keep = [limit.pk for limit in limits if limit.pk is not None]
+        policy.limits.exclude(pk__in=keep).delete()
+        for limit in limits:
+            limit.policy = policy
+            if limit.pk is not None:
+                limit.revision += 1
+            limit.save()
+
+    audited_save(policy, actor=actor, before=before, reason=policy.reason, write=write)
     return policy
 
 
@@ -247,31 +206,17 @@ def rule_delete(
                 "requests would be unlimited. Change its limits instead."
             )
     else:
-        _require_role(actor, Role.PRODUCT)
-    before = _lock(obj, expected_revision)
+        require_role(actor, Role.PRODUCT, to="change this")
+    before = row_lock(obj, expected_revision=expected_revision)
     shown = str(obj)
     try:
         with transaction.atomic():
-            obj.delete()
+            audited_delete(obj, actor=actor, before=before, reason=reason)
     except db.ProtectedError as exc:
         users = ", ".join(sorted(str(o) for o in list(exc.protected_objects)[:5]))
         raise ValidationError(
             f"{shown} is still used by: {users}. Change or delete those first."
         ) from None
-    audit_record(
-        actor=actor,
-        action=AuditAction.DELETE,
-        object_type=obj._meta.model_name,
-        object_id=str(before["id"]) if before else "",
-        object_repr=shown,
-        before=before,
-        reason=reason,
-    )
-
-
-def _require_role(actor: Actor, role: Role) -> None:
-    if actor.user is not None and user_role(actor.user) != role:
-        raise PermissionDenied(f"Only the {role.value} role may change this.")
 
 
 def _check_policy_permission(

@@ -18,16 +18,14 @@ import urllib.request
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from limits.choices import AuditAction, Role
-from limits.core.audit import Actor, audit_record
+from limits.core.audit import Actor, audited_delete, audited_save, row_lock
 from limits.core.egress import public_opener
-from limits.core.roles import user_role
+from limits.core.roles import require_role
 from limits.core.secrets import secret_decrypt, secret_encrypt
 from limits.models import WebhookEndpoint
-from limits.rules import StaleRevision
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -115,11 +113,7 @@ def webhook_timeout() -> float:
 
 def require_manager(actor: Actor) -> None:
     """Product and support manage endpoints; the system (commands, Celery) may too."""
-    if actor.user is not None and user_role(actor.user) not in (
-        Role.PRODUCT,
-        Role.SUPPORT,
-    ):
-        raise PermissionDenied("Only the product and support roles manage webhooks.")
+    require_role(actor, Role.PRODUCT, Role.SUPPORT, to="manage webhooks")
 
 
 def _audited(endpoint: WebhookEndpoint) -> dict:
@@ -146,18 +140,8 @@ def webhook_endpoint_create(*, endpoint: WebhookEndpoint, actor: Actor) -> str:
     require_manager(actor)
     secret = _issue_secret(endpoint)
     endpoint.full_clean()
-    endpoint.save()
-    audit_record(
-        actor=actor, action=AuditAction.CREATE, obj=endpoint, after=_audited(endpoint)
-    )
+    audited_save(endpoint, actor=actor, before=None, serialize=_audited)
     return secret
-
-
-def _locked(endpoint: WebhookEndpoint, expected_revision: int | None) -> dict:
-    stored = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
-    if expected_revision is not None and stored.revision != expected_revision:
-        raise StaleRevision(endpoint, stored.revision)
-    return _audited(stored)
 
 
 @transaction.atomic
@@ -166,17 +150,9 @@ def webhook_endpoint_update(
 ) -> WebhookEndpoint:
     """Save changes to the URL, description or active flag; audited."""
     require_manager(actor)
-    before = _locked(endpoint, expected_revision)
+    before = row_lock(endpoint, expected_revision=expected_revision, serialize=_audited)
     endpoint.full_clean()
-    endpoint.revision += 1
-    endpoint.save()
-    audit_record(
-        actor=actor,
-        action=AuditAction.UPDATE,
-        obj=endpoint,
-        before=before,
-        after=_audited(endpoint),
-    )
+    audited_save(endpoint, actor=actor, before=before, serialize=_audited)
     return endpoint
 
 
@@ -184,16 +160,14 @@ def webhook_endpoint_update(
 def webhook_endpoint_rotate_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> str:
     """Replace the secret at once (the old one stops signing); audited. Return the new one."""
     require_manager(actor)
-    before = _locked(endpoint, None)
+    before = row_lock(endpoint, serialize=_audited)
     secret = _issue_secret(endpoint)
-    endpoint.revision += 1
-    endpoint.save()
-    audit_record(
+    audited_save(
+        endpoint,
         actor=actor,
-        action=AuditAction.TOKEN_CREATE,
-        obj=endpoint,
         before=before,
-        after=_audited(endpoint),
+        serialize=_audited,
+        action=AuditAction.TOKEN_CREATE,
         reason="webhook secret rotated",
     )
     return secret
@@ -203,13 +177,5 @@ def webhook_endpoint_rotate_secret(*, endpoint: WebhookEndpoint, actor: Actor) -
 def webhook_endpoint_delete(*, endpoint: WebhookEndpoint, actor: Actor) -> None:
     """Delete the endpoint; its delivery log stays (without the endpoint); audited."""
     require_manager(actor)
-    before, shown, pk = _locked(endpoint, None), str(endpoint), endpoint.pk
-    endpoint.delete()
-    audit_record(
-        actor=actor,
-        action=AuditAction.DELETE,
-        object_type="webhookendpoint",
-        object_id=str(pk),
-        object_repr=shown,
-        before=before,
-    )
+    before = row_lock(endpoint, serialize=_audited)
+    audited_delete(endpoint, actor=actor, before=before)

@@ -12,6 +12,7 @@ from api.serializers.rules import (
     TierSerializer,
 )
 from limits import rules
+from limits.core.audit import StaleRevision
 from limits.models import Limit, Policy, Route, Tenant, Tier
 
 from .base import ManagementViewSet, actor_from
@@ -178,5 +179,5 @@ class LimitViewSet(ManagementViewSet):
             )  # writers of limits lock it
             current = Limit.objects.get(pk=limit.pk).revision
             if current != expected:
-                raise rules.StaleRevision(limit, current)
+                raise StaleRevision(limit, current)
         rules.policy_save(policy=policy, limits=limits, actor=actor_from(self.request))

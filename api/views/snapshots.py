@@ -20,7 +20,7 @@ from api.authentication import GatewayTokenAuthentication, bearer_secret
 from api.permissions import GatewayOrRole
 from api.schema import ErrorSerializer
 from limits.bundle import Bundle, snapshot_bundle_get
-from limits.core.audit import client_ip
+from limits.core.audit import request_ip
 from limits.fleet import GatewayReport, parse_gateway_id
 from limits.models import GatewayToken, Snapshot
 from limits.polling import gateway_poll
@@ -100,7 +100,7 @@ def gateway_report(request) -> GatewayReport:
         reason=reason,
         seen=time.time(),
         token="",
-        address=client_ip(request.META) or "",
+        address=request_ip(request.META) or "",
     )
 
 

@@ -1,9 +1,18 @@
-"""Who changed what: the Actor of every service call and the audit records it leaves."""
+"""Who changed what: the Actor of every service call, and the one audited write.
+
+Every service that changes rows goes through the same three steps, inside its
+transaction: :func:`row_lock` (lock the stored row, check the caller's revision,
+keep its audited state), the change itself, then :func:`audited_save` or
+:func:`audited_delete` (bump the revision, write, append the audit entry with
+before and after). :func:`audit_record` appends entries that are not a row's
+change (a publish, a token issued).
+"""
 
 from __future__ import annotations
 
-import ipaddress
+import functools
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +22,33 @@ from django.db import models
 
 from limits.choices import AuditAction
 from limits.models import AuditEntry
+from sluice.identity import TrustedProxies, client_ip
 
-__all__ = ["Actor", "audit_record", "client_ip", "serialize_for_audit"]
+__all__ = [
+    "Actor",
+    "StaleRevision",
+    "audit_record",
+    "audited_delete",
+    "audited_save",
+    "request_ip",
+    "row_lock",
+    "serialize_for_audit",
+]
+
+Serializer = Callable[[Any], dict[str, Any]]
 
 SYSTEM = "system"
+
+
+class StaleRevision(Exception):
+    """The object changed since the caller read it (HTTP 412)."""
+
+    def __init__(self, obj: models.Model, current: int) -> None:
+        super().__init__(
+            f"This {obj._meta.verbose_name} changed since you read it (it is at revision "
+            f"{current} now): fetch it again and retry."
+        )
+        self.current = current
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +73,9 @@ class Actor:
             else None
         )
         return cls(
-            user=user, request_id=getattr(request, "id", ""), ip=client_ip(request.META)
+            user=user,
+            request_id=getattr(request, "id", ""),
+            ip=request_ip(request.META),
         )
 
     @property
@@ -51,28 +85,23 @@ class Actor:
         )
 
 
-def client_ip(meta: dict[str, Any]) -> str | None:
-    """The client address: REMOTE_ADDR, or the X-Forwarded-For hop before trusted proxies."""
-    remote = meta.get("REMOTE_ADDR") or None
-    trusted = set(settings.SLUICE_TRUSTED_PROXIES)
-    if remote not in trusted:
-        return _valid_ip(remote)
-    hops = [
-        hop.strip()
-        for hop in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")
-        if hop.strip()
-    ]
-    for hop in reversed(hops):
-        if hop not in trusted:
-            return _valid_ip(hop)
-    return _valid_ip(remote)
+def request_ip(meta: Mapping[str, Any]) -> str | None:
+    """The client address of a request to the control plane: ``REMOTE_ADDR``, or the
+    ``X-Forwarded-For`` hop before ``SLUICE_TRUSTED_PROXIES`` (addresses or networks).
+
+    Decided by the client's own :func:`sluice.identity.client_ip`, so a proxy list
+    means the same to the audit log as to every gateway.
+    """
+    return client_ip(
+        meta.get("REMOTE_ADDR") or None,
+        meta.get("HTTP_X_FORWARDED_FOR") or None,
+        _trusted_proxies(tuple(settings.SLUICE_TRUSTED_PROXIES)),
+    )
 
 
-def _valid_ip(value: str | None) -> str | None:
-    try:
-        return str(ipaddress.ip_address(value)) if value else None
-    except ValueError:
-        return None
+@functools.lru_cache(maxsize=4)
+def _trusted_proxies(proxies: tuple[str, ...]) -> TrustedProxies:
+    return TrustedProxies(proxies)
 
 
 def serialize_for_audit(obj: models.Model) -> dict[str, Any]:
@@ -87,7 +116,9 @@ def serialize_for_audit(obj: models.Model) -> dict[str, Any]:
         else:
             data[field.name] = field.value_from_object(obj)
     if hasattr(obj, "limits") and obj.pk:
-        data["limits"] = [serialize_for_audit(limit) for limit in obj.limits.all()]
+        # Read from the database, never a prefetched list: "after" is what was written.
+        stored = obj.limits.model._default_manager.filter(policy_id=obj.pk)
+        data["limits"] = [serialize_for_audit(limit) for limit in stored]
         for limit in data["limits"]:
             limit.pop("policy", None)
     return json.loads(json.dumps(data, cls=DjangoJSONEncoder))
@@ -121,5 +152,76 @@ def audit_record(
         object_repr=object_repr,
         before=before,
         after=after,
+        reason=reason,
+    )
+
+
+def row_lock(
+    obj: models.Model,
+    *,
+    expected_revision: int | None = None,
+    serialize: Serializer = serialize_for_audit,
+) -> dict[str, Any] | None:
+    """Lock the stored row of ``obj`` until the transaction ends; return its audited
+    state, as stored (None for an object not saved yet).
+
+    Raise :class:`StaleRevision` when ``expected_revision`` is given and the stored
+    row is at another one (someone else changed it since the caller read it).
+    """
+    if obj.pk is None:
+        return None
+    stored = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
+    if expected_revision is not None and stored.revision != expected_revision:
+        raise StaleRevision(obj, stored.revision)
+    return serialize(stored)
+
+
+def audited_save(
+    obj: models.Model,
+    *,
+    actor: Actor,
+    before: dict[str, Any] | None,
+    reason: str = "",
+    action: AuditAction | None = None,
+    serialize: Serializer = serialize_for_audit,
+    write: Callable[[], Any] | None = None,
+) -> AuditEntry:
+    """Save ``obj`` (``write``, when saving it takes more than ``obj.save()``) and audit
+    the change from ``before`` (what :func:`row_lock` returned) to its new state.
+
+    An existing row's revision is bumped first. The action is create or update
+    unless given.
+    """
+    if before is not None and hasattr(obj, "revision"):
+        obj.revision += 1
+    (write or obj.save)()
+    return audit_record(
+        actor=actor,
+        action=action
+        or (AuditAction.UPDATE if before is not None else AuditAction.CREATE),
+        obj=obj,
+        before=before,
+        after=serialize(obj),
+        reason=reason,
+    )
+
+
+def audited_delete(
+    obj: models.Model,
+    *,
+    actor: Actor,
+    before: dict[str, Any] | None,
+    reason: str = "",
+) -> AuditEntry:
+    """Delete ``obj`` and audit it with its last state ``before``."""
+    shown, pk = str(obj)[:300], obj.pk
+    obj.delete()
+    return audit_record(
+        actor=actor,
+        action=AuditAction.DELETE,
+        object_type=obj._meta.model_name or "",
+        object_id=str(pk),
+        object_repr=shown,
+        before=before,
         reason=reason,
     )

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps as global_apps
+from django.core.exceptions import PermissionDenied
+
 from limits.choices import Role, ScopeKind
 
-__all__ = ["can_edit_policy", "require_publisher", "user_role"]
+__all__ = ["can_edit_policy", "require_publisher", "require_role", "user_role"]
 
 
 def user_role(user: Any) -> Role | None:
@@ -24,12 +27,19 @@ def user_role(user: Any) -> Role | None:
     return next((role for role in Role if role.value in names), None)
 
 
+def require_role(actor: Any, *roles: Role, to: str) -> None:
+    """Raise PermissionDenied unless ``actor`` is the system (commands, Celery) or a
+    user with one of ``roles``; the message says who may ``to`` (``"publish"``)."""
+    if actor.user is None or user_role(actor.user) in roles:
+        return
+    names = " and ".join(role.value for role in roles)
+    plural = "roles" if len(roles) > 1 else "role"
+    raise PermissionDenied(f"Only the {names} {plural} may {to}.")
+
+
 def require_publisher(actor: Any) -> None:
     """Only product (and superusers) publish; the system (commands, Celery) may too."""
-    from django.core.exceptions import PermissionDenied
-
-    if actor.user is not None and not actor.user.has_perm("limits.publish_snapshot"):
-        raise PermissionDenied("Only the product role may publish or roll back.")
+    require_role(actor, Role.PRODUCT, to="publish or roll back")
 
 
 def can_edit_policy(user: Any, *, scope: str | None) -> bool:
@@ -64,8 +74,6 @@ def sync_role_groups(apps: Any = None, **_: Any) -> None:
     Runs from the ``roles`` data migration and after every ``migrate``, so that a
     model added later is covered without another data migration.
     """
-    from django.apps import apps as global_apps
-
     apps = apps if apps is not None and hasattr(apps, "get_model") else global_apps
     group_model = apps.get_model("auth", "Group")
     permission_model = apps.get_model("auth", "Permission")

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from limits import rules
 from limits.choices import AuditAction, Dimension, ScopeKind
-from limits.core.audit import Actor
+from limits.core.audit import Actor, StaleRevision
 from limits.models import AuditEntry, Limit, Policy, Route, Tenant, Tier
 from tests.factories import (
     PolicyFactory,
@@ -73,7 +73,7 @@ def test_rule_save__stale_revision__refused_and_nothing_written(product):
     # When saving with the revision read earlier
     stale = Tier.objects.get(pk=tier.pk)
     stale.name = "C"
-    with pytest.raises(rules.StaleRevision) as raised:
+    with pytest.raises(StaleRevision) as raised:
         rules.rule_save(obj=stale, actor=product, expected_revision=1)
     # Then the write is refused and the stored row is untouched
     assert raised.value.current == 2
