@@ -35,11 +35,14 @@ from limits.bundle import snapshot_bundle_get  # noqa: E402
 from limits.choices import ScopeKind  # noqa: E402
 from limits.compiling import rules_compile  # noqa: E402
 from limits.core.audit import Actor  # noqa: E402
-from limits.diffing import rules_diff, snapshot_diff  # noqa: E402
+from limits.diff.diffing import rules_diff  # noqa: E402
 from limits.explain import explain  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
 from limits.publishing import snapshot_publish  # noqa: E402
-from limits.selectors import snapshot_rules  # noqa: E402
+from limits.selectors import (  # noqa: E402
+    snapshot_diff,
+    snapshot_rules,
+)
 from sluice import Snapshot, validate_rules  # noqa: E402
 from sluice.bundle import parse_bundle_bytes  # noqa: E402
 from sluice.engine import Engine  # noqa: E402

@@ -1,7 +1,7 @@
 """The changelog: each version's changes in the diff's own words, filtered by audience.
 
 Nothing here formats a change: entries carry the ``text``, ``kind`` and
-``direction`` of the stored diff (``limits.diffing``). What differs is who may
+``direction`` of the stored diff (``limits.diff.diffing``). What differs is who may
 read which change:
 
 * **public** (:func:`public_changes`): tier, route, tier-policy and

@@ -87,16 +87,6 @@ class SnapshotKind(models.TextChoices):
     ROLLBACK = "rollback"
 
 
-class ChangeKind(models.TextChoices):
-    """How one change of a diff moves a client's limits (see ``limits.diffing``)."""
-
-    NEW = "new"
-    RAISED = "raised"
-    LOWERED = "lowered"
-    REMOVED = "removed"
-    CHANGED = "changed", "changed (neither raised nor lowered)"
-
-
 class Role(models.TextChoices):
     """The three groups of people who use the control plane."""
 

@@ -1,6 +1,6 @@
 """The notice period: a version that lowers limits is published well before it takes effect.
 
-A version whose diff has any change with ``lowers`` (``limits.changes``: some
+A version whose diff has any change with ``lowers`` (``limits.diff.changes``: some
 client, of some tenant or anonymous, gets less than before) cannot take effect
 sooner than ``settings.SLUICE_NOTICE_PERIOD_DAYS`` after it is published,
 unless it is published as an emergency, with a reason. Raises and new routes

@@ -32,7 +32,7 @@ from limits.compiling import (
 )
 from limits.core.audit import Actor, audit_record
 from limits.core.roles import require_publisher
-from limits.diffing import rules_diff
+from limits.diff.diffing import rules_diff
 from limits.notice import notice_check, notice_days
 from limits.problems import InvalidRules, NothingToPublish, problem_text
 from limits.selectors import snapshot_rules

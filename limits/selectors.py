@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
 
+from limits.compiling import rules_compile
+from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
 from limits.models import Snapshot
 from sluice import snapshot
+from sluice.rules import Rules
 
 __all__ = [
+    "ACTIVE",
+    "WORKING_COPY",
+    "rules_of",
+    "snapshot_diff",
     "snapshot_document",
     "snapshot_get_active",
     "snapshot_get_latest",
@@ -76,3 +85,42 @@ def snapshot_document(row: Snapshot) -> snapshot.Snapshot:
 def snapshot_rules(row: Snapshot) -> snapshot.Rules:
     """The rules of a stored version (parsed once per process and version)."""
     return snapshot_document(row).rules
+
+
+#: Names :func:`snapshot_diff` accepts besides version numbers.
+ACTIVE, WORKING_COPY = "active", "working"
+
+
+def snapshot_diff(
+    *, old: int | str = ACTIVE, new: int | str = WORKING_COPY
+) -> RulesDiff:
+    """Diff two versions by number, or ``"active"`` and ``"working"`` (the working copy).
+
+    Raise ValidationError for a version that does not exist.
+    """
+    return rules_diff(rules_of(old), rules_of(new) or EMPTY_RULES, at=effective_of(new))
+
+
+def effective_of(ref: int | str) -> datetime | None:
+    """When the rules a diff side names apply: a version's effective time; None (now)
+    for the active version and the working copy."""
+    if ref in (ACTIVE, WORKING_COPY):
+        return None
+    return (
+        Snapshot.objects.filter(version=ref)
+        .values_list("effective_at", flat=True)
+        .first()
+    )
+
+
+def rules_of(ref: int | str) -> Rules | None:
+    """The rules a diff side names; None for "active" before the first publish."""
+    if ref == WORKING_COPY:
+        return rules_compile()
+    if ref == ACTIVE:
+        row = snapshot_get_active(light=True)
+    else:
+        row = Snapshot.objects.defer("content_gzip", "diff").filter(version=ref).first()
+        if row is None:
+            raise ValidationError(f"There is no version {ref}.")
+    return snapshot_rules(row) if row else None

@@ -19,13 +19,12 @@ from api.serializers.snapshots import (
     SnapshotSerializer,
 )
 from api.views.base import StrictQueryMixin, actor_from
-from limits.diffing import snapshot_diff
 from limits.explain import explain
 from limits.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
-from limits.selectors import snapshot_get_active, snapshot_list
+from limits.selectors import snapshot_diff, snapshot_get_active, snapshot_list
 from sluice.resolver import Candidate
 from sluice.snapshot import Policy, describe_limit
 

@@ -14,13 +14,21 @@ from django.utils import timezone
 
 from limits.compiling import rules_compile
 from limits.core.audit import Actor
-from limits.diffing import ACTIVE, WORKING_COPY, rules_diff, rules_of, snapshot_diff
+from limits.diff.diffing import rules_diff
 from limits.explain import ExplainSource, explain
 from limits.models import Route, Snapshot
 from limits.notice import notice_preview
 from limits.publishing import problem_text, snapshot_publish
 from limits.rollback import snapshot_rollback
-from limits.selectors import snapshot_get_active, snapshot_rules, snapshot_scheduled
+from limits.selectors import (
+    ACTIVE,
+    WORKING_COPY,
+    rules_of,
+    snapshot_diff,
+    snapshot_get_active,
+    snapshot_rules,
+    snapshot_scheduled,
+)
 from sluice.routing import HTTP_METHODS
 from sluice.validation import validate_rules
 

@@ -11,11 +11,11 @@ from django.db import IntegrityError, transaction
 from limits import rules as services
 from limits.choices import Dimension, LimitKind, ScopeKind
 from limits.compiling import policy_to_snapshot
-from limits.diffing import snapshot_diff
 from limits.explain import explain
 from limits.models import Limit, Policy, Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
+from limits.selectors import snapshot_diff
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
 

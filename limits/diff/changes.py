@@ -1,7 +1,7 @@
 """The change records of a diff, and how each kind of object is compared and told.
 
 One builder per kind of object (tier, tenant, route, policy) returns a
-:class:`Change`; ``limits.diffing`` calls them for every object that differs.
+:class:`Change`; ``limits.diff.diffing`` calls them for every object that differs.
 Words reuse the snapshot module's formatters (``describe_limit``,
 ``Policy.describe``) so that a limit reads the same everywhere.
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from limits.choices import ChangeKind
-from limits.impact import Affected, Reach, compare_policies
-from limits.limit_changes import (
+from limits.diff.impact import Affected, Reach, compare_policies
+from limits.diff.kinds import ChangeKind
+from limits.diff.limit_changes import (
     FieldChange,
     LimitChange,
     cap_changes,

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from limits.choices import ChangeKind
-from limits.diffing import ACTIVE, WORKING_COPY, rules_diff, snapshot_diff
+from limits.diff.diffing import rules_diff
+from limits.diff.kinds import ChangeKind
 from limits.publishing import snapshot_publish
+from limits.selectors import ACTIVE, WORKING_COPY, snapshot_diff
 from sluice import (
     Dimension,
     Limit,

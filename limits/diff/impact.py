@@ -1,6 +1,6 @@
 """Who a rule change reaches, and in which direction it moves their limits.
 
-``limits.diffing`` asks two questions of every change and answers them here:
+``limits.diff.diffing`` asks two questions of every change and answers them here:
 
 * **Direction** (:func:`compare_limits`, :class:`Probe`): does a client get
   more or less? Limits of a token bucket are compared member by member for the
@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from limits.choices import ChangeKind
+from limits.diff.kinds import ChangeKind
 from sluice.resolver import Level, Resolution, Resolver
 from sluice.snapshot import (
     ALL_ROUTES,

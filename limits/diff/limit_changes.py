@@ -1,7 +1,7 @@
 """What changed in the limits of a policy that exists before and after: buckets and caps.
 
 A token bucket is identified by its dimension and period, a concurrency cap by
-its dimension; ``limits.changes`` builds a policy's change from these records.
+its dimension; ``limits.diff.changes`` builds a policy's change from these records.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from limits.choices import ChangeKind
-from limits.impact import bucket_kind, compare_caps
+from limits.diff.impact import bucket_kind, compare_caps
+from limits.diff.kinds import ChangeKind
 from sluice.snapshot import ConcurrencyLimit, Limit, Policy, describe_limit
 
 __all__ = ["FieldChange", "LimitChange", "cap_changes", "everything", "limit_changes"]

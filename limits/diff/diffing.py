@@ -15,7 +15,7 @@ differs, each with
 * ``text``: one line in words, e.g.
   ``tier pro · search: per tenant: 50 / s, burst 100 → 20 / s, burst 40``.
 
-Raised and lowered are defined in :mod:`limits.impact` (a mixed change, say a
+Raised and lowered are defined in :mod:`limits.diff.impact` (a mixed change, say a
 higher rate with a smaller burst, is lowered: some client can be hurt). A diff is
 stored with every snapshot as :meth:`RulesDiff.to_json`; announcements read it.
 """
@@ -23,12 +23,9 @@ stored with every snapshot as :meth:`RulesDiff.to_json`; announcements read it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
-from django.core.exceptions import ValidationError
-from django.utils import timezone
-
-from limits.changes import (
+from limits.diff.changes import (
     Change,
     FieldChange,
     LimitChange,
@@ -37,21 +34,17 @@ from limits.changes import (
     tenant_change,
     tier_change,
 )
-from limits.choices import ChangeKind
-from limits.impact import Reach
-from limits.models import Snapshot
+from limits.diff.impact import Reach
+from limits.diff.kinds import ChangeKind
 from sluice.snapshot import Policy, Rules
 
 __all__ = [
-    "ACTIVE",
-    "WORKING_COPY",
+    "EMPTY_RULES",
     "Change",
     "FieldChange",
     "LimitChange",
     "RulesDiff",
     "rules_diff",
-    "rules_of",
-    "snapshot_diff",
 ]
 
 EMPTY_RULES = Rules(tiers={}, tenants={}, routes={}, policies=())
@@ -75,7 +68,7 @@ class RulesDiff:
 
     def counts(self) -> dict[str, int]:
         """How many changes of each kind: ``{"new": 1, "lowered": 2, ...}``."""
-        counts = dict.fromkeys(ChangeKind.values, 0)
+        counts = {kind.value: 0 for kind in ChangeKind}
         for change in self.changes:
             counts[change.kind.value] += 1
         return counts
@@ -99,7 +92,7 @@ def rules_diff(
 ) -> RulesDiff:
     """Compare ``old`` (None: nothing published yet) with ``new``, which applies from
     ``at`` (default: now); overrides expired by then count for no one."""
-    at = at or timezone.now()
+    at = at or datetime.now(UTC)
     old = old or EMPTY_RULES
     reach = Reach(old, new)
     changes = [
@@ -169,45 +162,3 @@ def _summarise(changes: list[Change], reach: Reach) -> RulesDiff:
         affected_tenants=tuple(sorted(tenants)),
         anonymous=any(change.affected.anonymous for change in changes),
     )
-
-
-#: Names :func:`snapshot_diff` accepts besides version numbers.
-ACTIVE, WORKING_COPY = "active", "working"
-
-
-def snapshot_diff(
-    *, old: int | str = ACTIVE, new: int | str = WORKING_COPY
-) -> RulesDiff:
-    """Diff two versions by number, or ``"active"`` and ``"working"`` (the working copy).
-
-    Raise ValidationError for a version that does not exist.
-    """
-    return rules_diff(rules_of(old), rules_of(new) or EMPTY_RULES, at=effective_of(new))
-
-
-def effective_of(ref: int | str) -> datetime | None:
-    """When the rules a diff side names apply: a version's effective time; None (now)
-    for the active version and the working copy."""
-    if ref in (ACTIVE, WORKING_COPY):
-        return None
-    return (
-        Snapshot.objects.filter(version=ref)
-        .values_list("effective_at", flat=True)
-        .first()
-    )
-
-
-def rules_of(ref: int | str) -> Rules | None:
-    """The rules a diff side names; None for "active" before the first publish."""
-    from limits.compiling import rules_compile
-    from limits.selectors import snapshot_get_active, snapshot_rules
-
-    if ref == WORKING_COPY:
-        return rules_compile()
-    if ref == ACTIVE:
-        row = snapshot_get_active(light=True)
-    else:
-        row = Snapshot.objects.defer("content_gzip", "diff").filter(version=ref).first()
-        if row is None:
-            raise ValidationError(f"There is no version {ref}.")
-    return snapshot_rules(row) if row else None
