@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from limits.compiling import rules_compile
 from limits.models import Tenant
+from limits.rules.compiling import rules_compile
 from limits.selectors import snapshot_document, snapshot_get_active
 from sluice.engine import Engine
 from sluice.resolver import Resolution, Resolver

@@ -1,6 +1,6 @@
 """Publishing: the working copy, validated and compiled, stored as the next version.
 
-Compiling lives in ``limits.compiling`` and refusals in ``limits.problems``
+Compiling lives in ``limits.rules.compiling`` and refusals in ``limits.problems``
 (both re-exported here). Every version gets its announcement in the same
 transaction (``limits.announcements``), after the notice rule
 (``limits.notice``) allowed it. Publishing, rolling back and activating are
@@ -24,17 +24,17 @@ from limits import models
 from limits.announcements import announcement_create
 from limits.bundle import snapshot_bundle_refresh
 from limits.choices import AuditAction, SnapshotKind
-from limits.compiling import (
-    limit_to_snapshot,
-    policy_to_snapshot,
-    route_to_snapshot,
-    rules_compile,
-)
 from limits.core.audit import Actor, audit_record
 from limits.core.roles import require_publisher
 from limits.diff.diffing import rules_diff
 from limits.notice import notice_check, notice_days
 from limits.problems import InvalidRules, NothingToPublish, problem_text
+from limits.rules.compiling import (
+    limit_to_snapshot,
+    policy_to_snapshot,
+    route_to_snapshot,
+    rules_compile,
+)
 from limits.selectors import snapshot_rules
 from sluice import snapshot
 from sluice.validation import validate_rules

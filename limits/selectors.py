@@ -9,9 +9,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
 
-from limits.compiling import rules_compile
 from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
 from limits.models import Snapshot
+from limits.rules.compiling import rules_compile
 from sluice import snapshot
 from sluice.rules import Rules
 

@@ -4,7 +4,7 @@ Signature (the scheme Stripe popularised): header ``Sluice-Signature:
 t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" with the endpoint's
 secret>``. The timestamp is signed with the body, so a receiver that rejects
 timestamps older than a few minutes rejects replays too. ``docs/announcements.md``
-has a receiver. Endpoint services validate, write and audit like ``limits.rules``.
+has a receiver. Endpoint services validate, write and audit like ``limits.rules.services``.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ DROP FUNCTION IF EXISTS limits_policy_keep_default();
 
 
 def create_default_policy(apps, schema_editor):
-    from limits.baseline import default_policy_ensure
+    from limits.rules.baseline import default_policy_ensure
 
     default_policy_ensure(apps)
 

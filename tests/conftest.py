@@ -113,7 +113,7 @@ def _baseline_rows(request):
     if not uses_db:
         return
     request.getfixturevalue("_django_db_helper")
-    from limits.baseline import baseline_ensure
+    from limits.rules.baseline import baseline_ensure
 
     baseline_ensure()
 

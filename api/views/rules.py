@@ -1,4 +1,4 @@
-"""CRUD for tiers, tenants, routes, policies and limits; every write goes through limits.rules."""
+"""CRUD for tiers, tenants, routes, policies and limits; every write goes through limits.rules.services."""
 
 from django.db import transaction
 from django.db.models import Prefetch
@@ -11,9 +11,9 @@ from api.serializers.rules import (
     TenantSerializer,
     TierSerializer,
 )
-from limits import rules
 from limits.core.audit import StaleRevision
 from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.rules import services as rules
 
 from .base import ManagementViewSet, actor_from
 

@@ -1,11 +1,11 @@
-"""Admin plumbing shared by the rule pages: every write goes through limits.rules."""
+"""Admin plumbing shared by the rule pages: every write goes through limits.rules.services."""
 
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from limits import rules
 from limits.core.audit import Actor
+from limits.rules import services as rules
 
 
 class ServiceValidatedForm(forms.ModelForm):

@@ -12,7 +12,6 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from limits.compiling import rules_compile
 from limits.core.audit import Actor
 from limits.diff.diffing import rules_diff
 from limits.explain import ExplainSource, explain
@@ -20,6 +19,7 @@ from limits.models import Route, Snapshot
 from limits.notice import notice_preview
 from limits.publishing import problem_text, snapshot_publish
 from limits.rollback import snapshot_rollback
+from limits.rules.compiling import rules_compile
 from limits.selectors import (
     ACTIVE,
     WORKING_COPY,

@@ -8,12 +8,12 @@ from django.forms.models import BaseInlineFormSet
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from limits import rules
 from limits.choices import Role, ScopeKind
 from limits.core.audit import Actor
 from limits.core.roles import can_edit_policy, user_role
 from limits.explain import effective_limits
 from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.rules import services as rules
 
 from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin

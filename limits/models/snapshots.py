@@ -60,7 +60,7 @@ class Snapshot(models.Model):
     superseded_at = models.DateTimeField(null=True, blank=True)
     superseded_by = models.PositiveIntegerField(null=True, blank=True)
     diff = models.JSONField(
-        help_text="The structured diff against the parent (limits.diff.diffing)."
+        help_text="The structured diff against the parent (limits.diffing)."
     )
 
     class Meta:

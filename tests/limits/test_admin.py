@@ -6,10 +6,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from limits import rules
 from limits.choices import AuditAction, ScopeKind
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Policy, Tier
+from limits.rules import services as rules
 from tests.factories import (
     PolicyFactory,
     RouteFactory,

@@ -16,7 +16,7 @@ from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
 from limits.notice import NoticePeriodTooShort
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
-from limits.rules import rule_delete
+from limits.rules.services import rule_delete
 from tests.factories import PolicyFactory, RouteFactory
 from tests.limits.announce_fixtures import lower_pro_search
 

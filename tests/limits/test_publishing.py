@@ -14,7 +14,6 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from limits.choices import AuditAction, Dimension, ScopeKind
-from limits.compiling import rules_compile
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tier
 from limits.models.snapshots import SnapshotStatus
@@ -24,6 +23,7 @@ from limits.publishing import (
     snapshot_activate_due,
     snapshot_publish,
 )
+from limits.rules.compiling import rules_compile
 from limits.selectors import snapshot_get_active, snapshot_list
 from sluice import Snapshot as SnapshotDocument
 from tests.conftest import default_policy

@@ -9,11 +9,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from limits.choices import AuditAction, ScopeKind, SnapshotKind
-from limits.compiling import rules_compile
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
 from limits.publishing import NothingToPublish, snapshot_publish
 from limits.rollback import snapshot_rollback
+from limits.rules.compiling import rules_compile
 from limits.selectors import snapshot_get_active
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory
 

@@ -7,7 +7,6 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from limits import rules
 from limits.choices import Dimension, FailureMode, LimitKind, Period, Role, ScopeKind
 from limits.core.audit import Actor
 from limits.models import (
@@ -21,6 +20,7 @@ from limits.models import (
     hash_secret,
 )
 from limits.publishing import snapshot_publish
+from limits.rules import services as rules
 from limits.tokens import token_create
 
 TIERS = [("free", "Free", 0), ("pro", "Pro", 1), ("enterprise", "Enterprise", 2)]

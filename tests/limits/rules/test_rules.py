@@ -13,10 +13,10 @@ from django.db import (
 )
 from django.utils import timezone
 
-from limits import rules
 from limits.choices import AuditAction, Dimension, ScopeKind
 from limits.core.audit import Actor, StaleRevision
 from limits.models import AuditEntry, Limit, Policy, Route, Tenant, Tier
+from limits.rules import services as rules
 from tests.factories import (
     PolicyFactory,
     RouteFactory,

@@ -8,13 +8,13 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from limits import rules as services
 from limits.choices import Dimension, LimitKind, ScopeKind
-from limits.compiling import policy_to_snapshot
 from limits.explain import explain
 from limits.models import Limit, Policy, Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
+from limits.rules import services
+from limits.rules.compiling import policy_to_snapshot
 from limits.selectors import snapshot_diff
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]

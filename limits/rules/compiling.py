@@ -1,7 +1,9 @@
 """From rule rows to the snapshot's value types: compiling the working copy.
 
 This is the one place where ORM rows become the value types of
-``sluice.snapshot``; everything else reads those values.
+``sluice.rules`` (a limit row's own columns map to its value in
+``Limit.value_of``, beside the list of those columns); everything else reads
+those values.
 """
 
 from __future__ import annotations
@@ -24,50 +26,15 @@ __all__ = [
 ]
 
 
-#: The limit columns a snapshot value is made of, in ``_limit_value``'s order.
+#: The limit columns a snapshot value is made of, in ``Limit.value_of``'s order.
 _LIMIT_FIELDS = models.Limit.SETTINGS
-
-
-def _limit_value(
-    kind,
-    dimension,
-    rate,
-    period,
-    burst,
-    cost,
-    shadow,
-    shards,
-    lease,
-    lease_ms,
-    max_inflight,
-    timeout,
-) -> snapshot.Limit | snapshot.ConcurrencyLimit:
-    """The snapshot value of one limit's columns: a bucket, or a concurrency cap."""
-    if kind == LimitKind.CONCURRENT:
-        return snapshot.ConcurrencyLimit(
-            dimension=_DIMENSIONS[dimension],
-            max_inflight=max_inflight,
-            timeout=timeout,
-            shadow=shadow,
-        )
-    return snapshot.Limit(
-        _DIMENSIONS[dimension],
-        rate,
-        period,
-        burst,
-        cost,
-        shadow,
-        shards,
-        lease,
-        lease_ms,
-    )
 
 
 def limit_to_snapshot(
     limit: models.Limit,
 ) -> snapshot.Limit | snapshot.ConcurrencyLimit:
     """A row as the snapshot's value: a bucket, or a concurrency cap (kind "concurrent")."""
-    return _limit_value(*(getattr(limit, name) for name in _LIMIT_FIELDS))
+    return limit.to_value()
 
 
 def policy_to_snapshot(
@@ -173,7 +140,7 @@ def _policies(policies) -> tuple[snapshot.Policy, ...]:
     caps: dict[int, list[snapshot.ConcurrencyLimit]] = defaultdict(list)
     rows = models.Limit.objects.filter(policy__in=policies.values("pk"))
     for policy_id, *columns in rows.values_list("policy_id", *_LIMIT_FIELDS):
-        value = _limit_value(*columns)
+        value = models.Limit.value_of(*columns)
         if isinstance(value, snapshot.ConcurrencyLimit):
             caps[policy_id].append(value)
         else:
@@ -190,6 +157,3 @@ def _policies(policies) -> tuple[snapshot.Policy, ...]:
             "pk"
         ).values_list(*_POLICY_COLUMNS, "expires_at")
     )
-
-
-_DIMENSIONS = {dimension.value: dimension for dimension in snapshot.Dimension}

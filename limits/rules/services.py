@@ -17,10 +17,10 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from limits.choices import LimitKind, Role
-from limits.compiling import policy_to_snapshot
 from limits.core.audit import Actor, audited_delete, audited_save, row_lock
 from limits.core.roles import can_edit_policy, require_role, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.rules.compiling import policy_to_snapshot
 from sluice.validation import policy_problems
 
 __all__ = [
