@@ -35,11 +35,11 @@ from limits.bundle import snapshot_bundle_get  # noqa: E402
 from limits.choices import ScopeKind  # noqa: E402
 from limits.core.audit import Actor  # noqa: E402
 from limits.diff.diffing import rules_diff  # noqa: E402
-from limits.explain import explain  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
 from limits.publishing import snapshot_publish  # noqa: E402
 from limits.rules.compiling import rules_compile  # noqa: E402
-from limits.selectors import (  # noqa: E402
+from limits.versions.explain import explain  # noqa: E402
+from limits.versions.selectors import (  # noqa: E402
     snapshot_diff,
     snapshot_rules,
 )

@@ -38,7 +38,7 @@ from django.db.models import Count, Max
 
 from limits.core.store import redis_client
 from limits.models import Snapshot
-from limits.selectors import snapshot_get_active, snapshot_scheduled
+from limits.versions.selectors import snapshot_get_active, snapshot_scheduled
 
 __all__ = [
     "BUNDLE_KEY",

@@ -19,7 +19,11 @@ from datetime import datetime
 from django.db.models import Q
 
 from limits.models import Announcement, Snapshot
-from limits.selectors import snapshot_get_active, snapshot_rules
+from limits.models.snapshots import SnapshotStatus
+from limits.versions.selectors import (
+    snapshot_active_version,
+    snapshot_rules,
+)
 
 __all__ = [
     "ChangelogEntry",
@@ -108,12 +112,18 @@ class ChangelogEntry:
         }
 
 
+#: How customers read a version's status.
+_PUBLIC_STATUS = {
+    SnapshotStatus.ACTIVE: "in effect",
+    SnapshotStatus.PAST: "past",
+    SnapshotStatus.SCHEDULED: "upcoming",
+    SnapshotStatus.SUPERSEDED: "cancelled",
+}
+
+
 def status_of(snapshot: Snapshot, active_version: int | None) -> str:
-    if snapshot.superseded_at is not None:
-        return "cancelled"
-    if snapshot.activated_at is None:
-        return "upcoming"
-    return "in effect" if snapshot.version == active_version else "past"
+    """The version's status in the changelog's words: in effect, past, upcoming, cancelled."""
+    return _PUBLIC_STATUS[snapshot.status(active_version)]
 
 
 def entry_of(
@@ -140,18 +150,13 @@ def _public_rows():
     )
 
 
-def _active_version() -> int | None:
-    active = snapshot_get_active(light=True)
-    return active.version if active else None
-
-
 def changelog_entries(*, limit: int = 100) -> list[ChangelogEntry]:
     """The public changelog, latest effective time first (upcoming versions on top)."""
-    active = _active_version()
+    active = snapshot_active_version()
     return [entry_of(a, active, a.public_changes) for a in _public_rows()[:limit]]
 
 
 def changelog_entry(version: int) -> ChangelogEntry | None:
     """One version of the public changelog; None if it has nothing public."""
     row = _public_rows().filter(snapshot__version=version).first()
-    return entry_of(row, _active_version(), row.public_changes) if row else None
+    return entry_of(row, snapshot_active_version(), row.public_changes) if row else None

@@ -35,7 +35,7 @@ from limits.rules.compiling import (
     route_to_snapshot,
     rules_compile,
 )
-from limits.selectors import snapshot_rules
+from limits.versions.selectors import snapshot_rules
 from sluice import snapshot
 from sluice.validation import validate_rules
 

@@ -22,7 +22,7 @@ from limits.core.audit import Actor
 from limits.publishing import publishing_lock, require_publisher, snapshot_store
 from limits.rules.compiling import rules_compile
 from limits.rules.restore import working_copy_restore
-from limits.selectors import snapshot_rules
+from limits.versions.selectors import snapshot_rules
 
 __all__ = ["snapshot_rollback"]
 

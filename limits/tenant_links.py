@@ -22,9 +22,9 @@ from django.utils import timezone
 from limits.changelog import ChangelogEntry, entry_of, tenant_changes, tiers_of
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
-from limits.explain import EffectiveLimit, effective_limits
 from limits.models import Announcement, Tenant, TenantLink
-from limits.selectors import snapshot_get_active
+from limits.versions.explain import EffectiveLimit, effective_limits
+from limits.versions.selectors import snapshot_get_active
 from limits.webhooks import require_manager
 
 __all__ = [

@@ -3,8 +3,8 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from limits.explain import ExplainSource
 from limits.models import Snapshot
+from limits.versions.explain import ExplainSource
 
 
 class SnapshotSerializer(serializers.ModelSerializer):

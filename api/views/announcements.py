@@ -17,7 +17,7 @@ from api.serializers.announcements import (
 from limits.announcements import announcement_note_update
 from limits.deliveries import delivery_resend, webhook_endpoint_test
 from limits.models import Announcement, Delivery, DeliveryAttempt, WebhookEndpoint
-from limits.selectors import snapshot_get_active
+from limits.versions.selectors import snapshot_get_active
 from limits.webhooks import (
     webhook_endpoint_create,
     webhook_endpoint_delete,

@@ -2,7 +2,6 @@
 
 from datetime import UTC, datetime
 
-from django.db.models import Max
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
@@ -19,20 +18,19 @@ from api.serializers.snapshots import (
     SnapshotSerializer,
 )
 from api.views.base import StrictQueryMixin, actor_from
-from limits.explain import explain
 from limits.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
-from limits.selectors import snapshot_diff, snapshot_get_active, snapshot_list
+from limits.versions.explain import explain
+from limits.versions.selectors import (
+    snapshot_active_version,
+    snapshot_diff,
+    snapshot_get_active,
+    snapshot_list,
+)
 from sluice.resolver import Candidate
 from sluice.snapshot import Policy, describe_limit
-
-
-def _active_version() -> int | None:
-    return Snapshot.objects.filter(activated_at__isnull=False).aggregate(
-        v=Max("version")
-    )["v"]
 
 
 class SnapshotListView(StrictQueryMixin, generics.ListAPIView):
@@ -45,7 +43,10 @@ class SnapshotListView(StrictQueryMixin, generics.ListAPIView):
         return snapshot_list()
 
     def get_serializer_context(self):
-        return {**super().get_serializer_context(), "active_version": _active_version()}
+        return {
+            **super().get_serializer_context(),
+            "active_version": snapshot_active_version(),
+        }
 
     @extend_schema(operation_id="snapshot_list")
     def get(self, request, *args, **kwargs):
@@ -85,7 +86,9 @@ class SnapshotRollbackView(APIView):
 
 
 def _created(row: Snapshot) -> Response:
-    body = SnapshotSerializer(row, context={"active_version": _active_version()}).data
+    body = SnapshotSerializer(
+        row, context={"active_version": snapshot_active_version()}
+    ).data
     return Response(
         body, status=status.HTTP_201_CREATED, headers={"ETag": f'"{row.hash}"'}
     )

@@ -11,9 +11,9 @@ from django.utils import timezone
 from limits.choices import Role, ScopeKind
 from limits.core.audit import Actor
 from limits.core.roles import can_edit_policy, user_role
-from limits.explain import effective_limits
 from limits.models import Limit, Policy, Route, Tenant, Tier
 from limits.rules import services as rules
+from limits.versions.explain import effective_limits
 
 from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin

@@ -13,7 +13,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from limits.models import Snapshot
-from limits.selectors import snapshot_get_active, snapshot_list
+from limits.versions.selectors import snapshot_get_active, snapshot_list
 
 from . import publishing
 from .base import ReadOnlyAdmin

@@ -11,8 +11,8 @@ from django.urls import path
 from limits.core.audit import Actor
 from limits.fleet import fleet_status
 from limits.models import ApiToken, GatewayToken
-from limits.selectors import snapshot_get_active
 from limits.tokens import token_create, token_revoke
+from limits.versions.selectors import snapshot_get_active
 
 
 class TokenAdmin(admin.ModelAdmin):

@@ -115,8 +115,8 @@ def test_fleet__demo_gateway_polls__shown_in_sync(
 
 def test_dashboard__limited_traffic__charts_render_with_data(page, redis_server):
     # Given a gateway that limited initech on search, its decisions streamed and rolled up
-    from limits.selectors import snapshot_document, snapshot_get_active
     from limits.stats import decision_stream_aggregate
+    from limits.versions.selectors import snapshot_document, snapshot_get_active
     from sluice import Limiter, connect
     from sluice.metrics import DecisionEvents
 

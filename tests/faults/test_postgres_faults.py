@@ -21,7 +21,7 @@ from limits.bundle import snapshot_bundle_etag
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Snapshot
 from limits.publishing import snapshot_publish
-from limits.selectors import snapshot_get_active
+from limits.versions.selectors import snapshot_get_active
 from tests.celery_fixtures import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)

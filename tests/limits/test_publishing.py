@@ -24,7 +24,7 @@ from limits.publishing import (
     snapshot_publish,
 )
 from limits.rules.compiling import rules_compile
-from limits.selectors import snapshot_get_active, snapshot_list
+from limits.versions.selectors import snapshot_get_active, snapshot_list
 from sluice import Snapshot as SnapshotDocument
 from tests.conftest import default_policy
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory

@@ -14,7 +14,7 @@ from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
 from limits.publishing import NothingToPublish, snapshot_publish
 from limits.rollback import snapshot_rollback
 from limits.rules.compiling import rules_compile
-from limits.selectors import snapshot_get_active
+from limits.versions.selectors import snapshot_get_active
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory
 
 # These tests are about publishing mechanics, not the notice period.

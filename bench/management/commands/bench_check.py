@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand
 
 from limits.bundle import snapshot_bundle_build, snapshot_bundle_etag
 from limits.models import Snapshot
-from limits.selectors import snapshot_get_active
+from limits.versions.selectors import snapshot_get_active
 from sluice import Snapshot as Document
 
 

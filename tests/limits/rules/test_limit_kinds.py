@@ -9,13 +9,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from limits.choices import Dimension, LimitKind, ScopeKind
-from limits.explain import explain
 from limits.models import Limit, Policy, Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback
 from limits.rules import services
 from limits.rules.compiling import policy_to_snapshot
-from limits.selectors import snapshot_diff
+from limits.versions.explain import explain
+from limits.versions.selectors import snapshot_diff
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
 

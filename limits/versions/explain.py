@@ -12,7 +12,7 @@ from django.db import models
 
 from limits.models import Tenant
 from limits.rules.compiling import rules_compile
-from limits.selectors import snapshot_document, snapshot_get_active
+from limits.versions.selectors import snapshot_document, snapshot_get_active
 from sluice.engine import Engine
 from sluice.resolver import Resolution, Resolver
 from sluice.snapshot import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from limits.explain import ExplainSource, explain
 from limits.models import Limit
 from limits.publishing import snapshot_publish
+from limits.versions.explain import ExplainSource, explain
 from sluice import Level, Resolver, Snapshot
 
 

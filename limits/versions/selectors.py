@@ -1,4 +1,5 @@
-"""Reads of published versions that more than one caller needs (admin, API, explain)."""
+"""Reads of published versions that more than one caller needs (admin, API, bundle,
+changelog, explain): the active version is told here and nowhere else."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections import OrderedDict
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet, Subquery
+from django.db.models import Max, QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
 
 from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
@@ -19,10 +20,10 @@ __all__ = [
     "ACTIVE",
     "WORKING_COPY",
     "rules_of",
+    "snapshot_active_version",
     "snapshot_diff",
     "snapshot_document",
     "snapshot_get_active",
-    "snapshot_get_latest",
     "snapshot_list",
     "snapshot_rules",
     "snapshot_scheduled",
@@ -34,16 +35,20 @@ _PARSED: OrderedDict[str, snapshot.Snapshot] = OrderedDict()
 _PARSED_MAX = 4
 
 
+def _activated() -> QuerySet[Snapshot]:
+    """Versions that have taken effect; the highest of them is the active one."""
+    return Snapshot.objects.filter(activated_at__isnull=False)
+
+
 def snapshot_get_active(*, light: bool = False) -> Snapshot | None:
     """The version gateways enforce now: the highest that has been activated."""
-    rows = Snapshot.objects.filter(activated_at__isnull=False)
+    rows = _activated()
     return (rows.defer(*_HEAVY) if light else rows).order_by("-version").first()
 
 
-def snapshot_get_latest(*, light: bool = False) -> Snapshot | None:
-    """The highest version, whatever its status."""
-    rows = Snapshot.objects.defer(*_HEAVY) if light else Snapshot.objects.all()
-    return rows.order_by("-version").first()
+def snapshot_active_version() -> int | None:
+    """The number of the active version (None before the first publish); one query."""
+    return _activated().aggregate(version=Max("version"))["version"]
 
 
 def snapshot_scheduled() -> QuerySet[Snapshot]:
@@ -56,11 +61,7 @@ def snapshot_scheduled() -> QuerySet[Snapshot]:
 def snapshot_list() -> QuerySet[Snapshot]:
     """Every version, newest first, without its bytes, annotated with ``active_version``
     (so that ``row.status(row.active_version)`` costs no query) and ``change_counts``."""
-    active = (
-        Snapshot.objects.filter(activated_at__isnull=False)
-        .order_by("-version")
-        .values("version")[:1]
-    )
+    active = _activated().order_by("-version").values("version")[:1]
     return (
         Snapshot.objects.defer(*_HEAVY)
         .annotate(
