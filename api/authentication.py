@@ -5,8 +5,8 @@ from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
+from limits.gateways.tokens import api_token_authenticate, gateway_token_authenticate
 from limits.models import ApiToken, GatewayToken
-from limits.tokens import api_token_authenticate, gateway_token_authenticate
 
 
 def bearer_secret(request, prefix: str) -> str | None:

@@ -31,10 +31,10 @@ from django.utils import timezone  # noqa: E402
 from bench.common import machine_line, spread, table  # noqa: E402
 from bench.resolution import resolution_rows  # noqa: E402
 from bench.rules_data import RuleSet, load_rules  # noqa: E402
-from limits.bundle import snapshot_bundle_get  # noqa: E402
 from limits.choices import ScopeKind  # noqa: E402
 from limits.core.audit import Actor  # noqa: E402
 from limits.diff.diffing import rules_diff  # noqa: E402
+from limits.gateways.bundle import snapshot_bundle_get  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
 from limits.publishing import snapshot_publish  # noqa: E402
 from limits.rules.compiling import rules_compile  # noqa: E402

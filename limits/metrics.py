@@ -10,7 +10,7 @@ for the whole control plane (``docs/stats.md``):
 ``sluice_stats_entries_lost_total``         stream entries trimmed before they were aggregated
 ``sluice_stats_events_malformed_total``     events that did not read as the format
 ``sluice_snapshot_polls_total``             gateway polls by ``result``: a Redis counter the
-                                            snapshot endpoint adds to (:func:`metric_increment`)
+                                            snapshot endpoint adds to (``limits.gateways.counters``)
 ``sluice_snapshot_publishes_total``         published versions by ``kind`` (publish, rollback)
 ``sluice_stats_stream_lag_entries``         entries not yet read by the aggregation (gauge)
 ``sluice_stats_stream_pending_entries``     entries read and not yet acknowledged (gauge)
@@ -20,13 +20,10 @@ for the whole control plane (``docs/stats.md``):
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import redis
-from django.conf import settings
 from django.db.models import Count
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -34,50 +31,11 @@ from prometheus_client.registry import Collector
 
 from limits.choices import Outcome
 from limits.core.store import redis_client
+from limits.gateways.counters import REDIS_COUNTERS
+from limits.gateways.keys import COUNTERS_KEY, DECISION_GROUP, decision_stream
 from limits.models import Snapshot, StatCounter
 
-__all__ = [
-    "COUNTERS_KEY",
-    "SNAPSHOT_POLLS",
-    "counter_field",
-    "metric_increment",
-    "metrics_render",
-]
-
-#: The Redis hash of shared counters: field ``["<name>", {labels}]`` (JSON) -> value.
-COUNTERS_KEY = "sluice:metrics:counters"
-#: For the snapshot endpoint: ``metric_increment(SNAPSHOT_POLLS, labels={"result": "304"})``.
-SNAPSHOT_POLLS = "sluice_snapshot_polls_total"
-
-_GROUP = "sluice-stats"  # limits.stats.GROUP (not imported: that module pulls in more)
-_REDIS_COUNTERS = {SNAPSHOT_POLLS: "Gateway polls of the snapshot endpoint, by result."}
-
-
-def metric_increment(
-    name: str,
-    *,
-    labels: Mapping[str, str] | None = None,
-    amount: int = 1,
-    client: Any = None,
-) -> None:
-    """Add ``amount`` to a counter shared by every process: one HINCRBY.
-
-    ``name`` is one of the counters this module exposes from Redis
-    (:data:`SNAPSHOT_POLLS`); ``client`` may be a pipeline, to ride along with
-    the caller's other commands. Never raises for a Redis failure: a lost
-    increment must not fail a gateway's poll.
-    """
-    field = counter_field(name, labels=labels)
-    with contextlib.suppress(redis.RedisError):
-        (client or redis_client()).hincrby(COUNTERS_KEY, field, amount)
-
-
-def counter_field(name: str, *, labels: Mapping[str, str] | None = None) -> str:
-    """The field of a shared counter in :data:`COUNTERS_KEY` (for callers that add to it
-    from a script of their own, like the snapshot poll)."""
-    if name not in _REDIS_COUNTERS:
-        raise ValueError(f"{name} is not a counter of limits.metrics")
-    return json.dumps([name, dict(sorted((labels or {}).items()))])
+__all__ = ["metrics_render"]
 
 
 def metrics_render() -> bytes:
@@ -136,7 +94,7 @@ def _publishes() -> Metric:
 
 def _redis_counters(client: redis.Redis) -> Iterator[Metric]:
     stored = client.hgetall(COUNTERS_KEY)
-    for name, text in _REDIS_COUNTERS.items():
+    for name, text in REDIS_COUNTERS.items():
         rows = [[*json.loads(field), int(value)] for field, value in stored.items()]
         rows = [row for row in rows if row[0] == name]
         labels = sorted({key for _, found, _ in rows for key in found})
@@ -147,13 +105,16 @@ def _redis_counters(client: redis.Redis) -> Iterator[Metric]:
 
 
 def _stream_gauges(client: redis.Redis) -> Iterator[Metric]:
-    stream = settings.SLUICE_DECISION_STREAM
+    stream = decision_stream()
     length = client.xlen(stream)
     try:
         groups = client.xinfo_groups(stream)
     except redis.ResponseError:  # no stream yet
         groups = []
-    group = next((g for g in groups if g["name"] in (_GROUP, _GROUP.encode())), {})
+    group = next(
+        (g for g in groups if g["name"] in (DECISION_GROUP, DECISION_GROUP.encode())),
+        {},
+    )
     lag = group.get("lag")
     for name, text, value in (
         (

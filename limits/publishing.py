@@ -22,11 +22,11 @@ from django.utils import timezone
 
 from limits import models
 from limits.announcements import announcement_create
-from limits.bundle import snapshot_bundle_refresh
 from limits.choices import AuditAction, SnapshotKind
 from limits.core.audit import Actor, audit_record
 from limits.core.roles import require_publisher
 from limits.diff.diffing import rules_diff
+from limits.gateways.bundle import snapshot_bundle_refresh
 from limits.notice import notice_check, notice_days
 from limits.problems import InvalidRules, NothingToPublish, problem_text
 from limits.rules.compiling import (

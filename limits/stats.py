@@ -30,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from limits.core.store import redis_client
+from limits.gateways.keys import DECISION_GROUP, decision_stream
 from limits.models import DecisionMinute, Rejection, StreamEntry
 from limits.stats_tally import Tally, entry_ms
 
@@ -42,7 +43,7 @@ __all__ = [
     "stats_prune",
 ]
 
-GROUP = "sluice-stats"
+GROUP = DECISION_GROUP
 #: One consumer name for every run: a new run re-reads what a dead one left pending.
 CONSUMER = "aggregator"
 
@@ -71,7 +72,7 @@ def decision_stream_aggregate(*, batch: int = 200, max_entries: int = 20_000) ->
     Pending entries (read by a run that did not acknowledge them) first, then
     new ones, ``batch`` entries per transaction, at most ``max_entries`` per run.
     """
-    client, stream = redis_client(), settings.SLUICE_DECISION_STREAM
+    client, stream = redis_client(), decision_stream()
     _group_ensure(client, stream)
     total = Rollup()
     for start in ("0", ">"):
@@ -162,7 +163,7 @@ def stats_prune(*, now=None) -> dict[str, int]:
 
 
 def _oldest_pending_ms() -> int | None:
-    client, stream = redis_client(), settings.SLUICE_DECISION_STREAM
+    client, stream = redis_client(), decision_stream()
     try:
         summary = client.xpending(stream, GROUP)
     except redis.ResponseError:  # no stream or no group yet: nothing pending

@@ -20,8 +20,8 @@ __all__ = [
 def snapshot_activate_due_task() -> list[int]:
     """Activate the versions whose effective time has come, then make sure the gateway
     bundle in Redis matches Postgres (it heals a rewrite that failed). Run by beat."""
-    from limits.bundle import snapshot_bundle_sync
     from limits.core.audit import Actor
+    from limits.gateways.bundle import snapshot_bundle_sync
     from limits.publishing import snapshot_activate_due
 
     activated = snapshot_activate_due(actor=Actor.system("celery beat"))

@@ -88,7 +88,7 @@ def _point_at_test_redis(redis_server, settings):
 @pytest.fixture(autouse=True)
 def _fresh_poll_window():
     """Each test starts with a process that has heard nothing from Redis about polls."""
-    from limits.polling import poll_window_reset
+    from limits.gateways.window import poll_window_reset
 
     poll_window_reset(drop_reports=True)
 

@@ -8,8 +8,8 @@ from wsgiref.util import setup_testing_defaults
 import pytest
 
 from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
-from limits.tokens import token_create
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from api.serializers.snapshots import (
     SnapshotSerializer,
 )
 from api.views.base import StrictQueryMixin, actor_from
-from limits.fleet import fleet_status
+from limits.gateways.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing import snapshot_publish
 from limits.rollback import snapshot_rollback

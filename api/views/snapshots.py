@@ -19,11 +19,11 @@ from rest_framework.views import APIView
 from api.authentication import GatewayTokenAuthentication, bearer_secret
 from api.permissions import GatewayOrRole
 from api.schema import ErrorSerializer
-from limits.bundle import Bundle, snapshot_bundle_get
 from limits.core.audit import request_ip
-from limits.fleet import GatewayReport, parse_gateway_id
+from limits.gateways.bundle import Bundle, snapshot_bundle_get
+from limits.gateways.polling import gateway_poll
+from limits.gateways.reports import GatewayReport, parse_gateway_id
 from limits.models import GatewayToken, Snapshot
-from limits.polling import gateway_poll
 from sluice import protocol
 
 GATEWAY_HEADERS = [

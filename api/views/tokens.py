@@ -11,8 +11,8 @@ from api.serializers.tokens import (
     GatewayTokenSerializer,
 )
 from api.views.base import StrictQueryMixin, actor_from
+from limits.gateways.tokens import token_create, token_revoke
 from limits.models import ApiToken, GatewayToken
-from limits.tokens import token_create, token_revoke
 
 
 class TokenViewSet(

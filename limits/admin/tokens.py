@@ -9,9 +9,9 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from limits.core.audit import Actor
-from limits.fleet import fleet_status
+from limits.gateways.fleet import fleet_status
+from limits.gateways.tokens import token_create, token_revoke
 from limits.models import ApiToken, GatewayToken
-from limits.tokens import token_create, token_revoke
 from limits.versions.selectors import snapshot_get_active
 
 

@@ -12,9 +12,9 @@ from django.test import Client
 from django.utils import timezone
 
 from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
 from limits.models import ApiToken, AuditEntry, GatewayToken
 from limits.publishing import snapshot_publish
-from limits.tokens import token_create
 from tests.factories import PolicyFactory
 
 pytestmark = pytest.mark.django_db

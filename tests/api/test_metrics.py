@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from limits.core.audit import Actor
-from limits.metrics import SNAPSHOT_POLLS, metric_increment
+from limits.gateways.counters import SNAPSHOT_POLLS, metric_increment
 from limits.publishing import snapshot_publish
 from limits.stats import decision_stream_aggregate
 from sluice import STREAM_KEY

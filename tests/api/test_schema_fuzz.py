@@ -16,8 +16,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
 from limits.models import ApiToken
-from limits.tokens import token_create
 
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 

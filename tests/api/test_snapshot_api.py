@@ -8,11 +8,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from limits.bundle import snapshot_bundle_get
 from limits.core.audit import Actor
+from limits.gateways.bundle import snapshot_bundle_get
+from limits.gateways.tokens import token_create, token_revoke
 from limits.models import GatewayToken, Limit
 from limits.publishing import snapshot_publish
-from limits.tokens import token_create, token_revoke
 from sluice.bundle import parse_bundle_bytes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]

@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
 from limits.models import GatewayToken, Policy
-from limits.tokens import token_create
 from sluice.source import PollResult, SnapshotSource
 from tests.browser.conftest import login, save_screenshot
 

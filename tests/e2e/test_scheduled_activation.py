@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits.bundle import snapshot_bundle_get
 from limits.choices import AuditAction
 from limits.core.audit import Actor
+from limits.gateways.bundle import snapshot_bundle_get
 from limits.models import AuditEntry, Limit, Snapshot
 from limits.publishing import snapshot_publish
 from tests.celery_fixtures import wait_until

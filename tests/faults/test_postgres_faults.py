@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from django.db import connections
 
-from limits.bundle import snapshot_bundle_etag
 from limits.core.audit import Actor
+from limits.gateways.bundle import snapshot_bundle_etag
 from limits.models import AuditEntry, Limit, Snapshot
 from limits.publishing import snapshot_publish
 from limits.versions.selectors import snapshot_get_active

@@ -9,7 +9,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from limits.bundle import snapshot_bundle_build, snapshot_bundle_etag
+from limits.gateways.bundle import snapshot_bundle_build, snapshot_bundle_etag
 from limits.models import Snapshot
 from limits.versions.selectors import snapshot_get_active
 from sluice import Snapshot as Document

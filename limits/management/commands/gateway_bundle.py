@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from limits.bundle import snapshot_bundle_get
+from limits.gateways.bundle import snapshot_bundle_get
 
 
 class Command(BaseCommand):

@@ -4,8 +4,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
 from limits.models import ApiToken, GatewayToken
-from limits.tokens import token_create
 
 
 class Command(BaseCommand):

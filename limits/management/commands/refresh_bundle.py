@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from limits.bundle import snapshot_bundle_refresh
+from limits.gateways.bundle import snapshot_bundle_refresh
 
 
 class Command(BaseCommand):

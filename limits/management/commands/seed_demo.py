@@ -9,6 +9,7 @@ from django.db import transaction
 
 from limits.choices import Dimension, FailureMode, LimitKind, Period, Role, ScopeKind
 from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
 from limits.models import (
     GatewayToken,
     Limit,
@@ -21,7 +22,6 @@ from limits.models import (
 )
 from limits.publishing import snapshot_publish
 from limits.rules import services as rules
-from limits.tokens import token_create
 
 TIERS = [("free", "Free", 0), ("pro", "Pro", 1), ("enterprise", "Enterprise", 2)]
 ROUTES = [

@@ -9,14 +9,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits.bundle import (
-    BUNDLE_KEY,
+from limits.core.audit import Actor
+from limits.gateways.bundle import (
     snapshot_bundle_build,
     snapshot_bundle_etag,
     snapshot_bundle_get,
     snapshot_bundle_sync,
 )
-from limits.core.audit import Actor
+from limits.gateways.keys import BUNDLE_KEY
 from limits.models import Limit
 from limits.publishing import snapshot_activate_due, snapshot_publish
 from sluice import Snapshot as SnapshotDocument
@@ -112,7 +112,7 @@ def test_bundle__older_state_written_late__does_not_replace_newer(publish):
     publish("v2", rate=20)
     fresh = snapshot_bundle_get()
     # When the stale bundle is written after the fresh one (a slow on-commit hook)
-    from limits import bundle as module
+    from limits.gateways import bundle as module
 
     args = ["0", *stale.generation]
     for name, value in stale.fields().items():

@@ -26,33 +26,25 @@ poll take the slow path.
 from __future__ import annotations
 
 import functools
-import os
-import threading
-import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis
-from django.conf import settings
 
-from limits.bundle import BUNDLE_KEY
 from limits.core.store import redis_client
-from limits.fleet import FLEET_KEY, GatewayReport, report_json
-from limits.metrics import COUNTERS_KEY, SNAPSHOT_POLLS, counter_field, metric_increment
+from limits.gateways.counters import SNAPSHOT_POLLS, metric_increment
+from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY, gateway_token_key
+from limits.gateways.reports import GatewayReport, report_json
+from limits.gateways.tokens import gateway_token_authenticate
+from limits.gateways.window import (
+    poll_field,
+    poll_window,
+    poll_window_flush,
+    poll_window_is_open,
+)
 from limits.models import GatewayToken, hash_secret
-from limits.tokens import GATEWAY_TOKEN_KEY, gateway_token_authenticate
 
-__all__ = [
-    "PollOutcome",
-    "gateway_poll",
-    "poll_window_flush",
-    "poll_window_reset",
-]
-
-
-def _poll_field(result: str) -> str:
-    """The field of the shared poll counter (``limits.metrics``) for one result."""
-    return counter_field(SNAPSHOT_POLLS, labels={"result": result})
+__all__ = ["PollOutcome", "gateway_poll"]
 
 
 # KEYS: token cache entry, fleet hash, bundle hash, shared metric counters
@@ -75,30 +67,6 @@ class PollOutcome:
     etag: str | None  #: the current bundle's ETag; None when Redis has no bundle
 
 
-@dataclass
-class _Window:
-    """What this process heard from Redis at ``opened`` and what it owes it since."""
-
-    pid: int = field(default_factory=os.getpid)
-    opened: float = float("-inf")  #: monotonic time of the last round trip
-    etag: str | None = None
-    tokens: set[str] = field(default_factory=set)  #: cache keys of vouched tokens
-    #: gateway -> its latest report (serialized at the flush, once per gateway)
-    reports: dict[str, GatewayReport] = field(default_factory=dict)
-    polls: dict[str, int] = field(default_factory=dict)  #: answered, by result
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_window = _Window()
-
-
-def _current() -> _Window:
-    global _window
-    if _window.pid != os.getpid():  # forked after import: start empty
-        _window = _Window()
-    return _window
-
-
 @functools.lru_cache(maxsize=4)
 def _script(client: redis.Redis):
     return client.register_script(_POLL)  # EVALSHA, loaded again after a Redis restart
@@ -116,11 +84,16 @@ def gateway_poll(
     ``report.token`` is filled in here: the prefix of the secret.
     """
     report = report.with_token(secret[: len(GatewayToken.PREFIX) + 8])
-    key = GATEWAY_TOKEN_KEY.format(hash_secret(secret))
-    window = _current()
+    key = gateway_token_key(hash_secret(secret))
+    window = poll_window()
     with window.lock:
         fresh = not held or window.etag in held
-        if fresh and _open(window) and key in window.tokens and window.etag:
+        if (
+            fresh
+            and poll_window_is_open(window)
+            and key in window.tokens
+            and window.etag
+        ):
             window.reports[report.gateway] = report
             result = "304" if held else "200"
             window.polls[result] = window.polls.get(result, 0) + 1
@@ -129,13 +102,9 @@ def gateway_poll(
     if outcome.authorized:
         with window.lock:
             window.tokens.add(key)
-        if not _open(window):
+        if not poll_window_is_open(window):
             poll_window_flush(etag=outcome.etag)
     return outcome
-
-
-def _open(window: _Window) -> bool:
-    return time.monotonic() - window.opened < settings.SLUICE_POLL_WINDOW_MS / 1000
 
 
 def _poll_redis(
@@ -148,8 +117,8 @@ def _poll_redis(
         report.gateway,
         report_json(report),
         held_etag,
-        _poll_field("304"),
-        _poll_field("200"),
+        poll_field("304"),
+        poll_field("200"),
     ]
     script = _script(redis_client())
     found, *rest = script(keys=keys, args=args)
@@ -160,40 +129,3 @@ def _poll_redis(
         found, *rest = script(keys=keys, args=args)
     etag = rest[0] if found and rest and rest[0] else None
     return PollOutcome(bool(found), etag.decode() if etag else None)
-
-
-def poll_window_flush(*, etag: str | None = None) -> None:
-    """Write the buffered reports and poll count, re-check the window's tokens, and
-    open a new window (with ``etag`` when the caller just read it)."""
-    window = _current()
-    with window.lock:
-        reports, polls, tokens = window.reports, window.polls, sorted(window.tokens)
-        window.reports, window.polls = {}, {}
-    pipe = redis_client().pipeline(transaction=False)
-    if reports:
-        pipe.hset(FLEET_KEY, mapping={g: report_json(r) for g, r in reports.items()})
-    for result, count in polls.items():
-        pipe.hincrby(COUNTERS_KEY, _poll_field(result), count)
-    pipe.hget(BUNDLE_KEY, "etag")
-    for token in tokens:
-        pipe.exists(token)
-    replies = pipe.execute()[-1 - len(tokens) :]
-    stored, valid = replies[0], replies[1:]
-    with window.lock:
-        window.tokens -= {t for t, ok in zip(tokens, valid, strict=True) if not ok}
-        window.etag = (
-            etag if etag is not None else (stored.decode() if stored else None)
-        )
-        window.opened = time.monotonic()
-
-
-def poll_window_reset(*, drop_reports: bool = False) -> None:
-    """Forget what this process heard (after a publish or a revocation here);
-    buffered reports are kept for the next flush unless ``drop_reports``."""
-    window = _current()
-    with window.lock:
-        window.opened = float("-inf")
-        window.etag = None
-        window.tokens.clear()
-        if drop_reports:
-            window.reports, window.polls = {}, {}

@@ -10,6 +10,8 @@ from django.utils import timezone
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
 from limits.core.store import redis_client
+from limits.gateways.keys import gateway_token_key
+from limits.gateways.window import poll_window_reset
 from limits.models import ApiToken, GatewayToken, hash_secret
 from limits.models.tokens import Token
 
@@ -26,7 +28,6 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 #: How long Redis vouches for a gateway token before Postgres is asked again. Revocation
 #: deletes the entry at once; this bounds the damage if that delete was lost.
 GATEWAY_TOKEN_CACHE_SECONDS = 300
-GATEWAY_TOKEN_KEY = "sluice:gateway-token:{}"
 
 
 @transaction.atomic
@@ -52,7 +53,7 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
     token.revoke()
     token.save(update_fields=["revoked_at"])
     if isinstance(token, GatewayToken):
-        key = GATEWAY_TOKEN_KEY.format(token.key_hash)
+        key = gateway_token_key(token.key_hash)
         transaction.on_commit(lambda: _forget_gateway_token(key))
     audit_record(
         actor=actor,
@@ -65,8 +66,6 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
 
 def _forget_gateway_token(key: str) -> None:
     """Drop a revoked token from Redis and from this process's poll window."""
-    from limits.polling import poll_window_reset  # polling imports this module
-
     redis_client().delete(key)
     poll_window_reset()
 
@@ -96,7 +95,7 @@ def gateway_token_authenticate(secret: str) -> str | None:
     Answers from Redis when it can, so a gateway's poll costs no database query;
     a miss is checked in Postgres (and records ``last_used_at``) then cached.
     """
-    key = GATEWAY_TOKEN_KEY.format(hash_secret(secret))
+    key = gateway_token_key(hash_secret(secret))
     cached = redis_client().get(key)
     if cached is not None:
         return cached.decode()

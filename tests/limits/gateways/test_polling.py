@@ -2,12 +2,12 @@
 
 import pytest
 
-from limits.bundle import BUNDLE_KEY
 from limits.core.audit import Actor
-from limits.metrics import COUNTERS_KEY, SNAPSHOT_POLLS, counter_field
+from limits.gateways.counters import SNAPSHOT_POLLS, counter_field
+from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY
+from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
 from limits.publishing import snapshot_publish
-from limits.tokens import token_create
 
 pytestmark = pytest.mark.django_db
 

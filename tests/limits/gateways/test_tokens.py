@@ -3,8 +3,12 @@
 import pytest
 
 from limits.core.audit import Actor
+from limits.gateways.tokens import (
+    gateway_token_authenticate,
+    token_create,
+    token_revoke,
+)
 from limits.models import GatewayToken
-from limits.tokens import gateway_token_authenticate, token_create, token_revoke
 
 pytestmark = pytest.mark.django_db
 

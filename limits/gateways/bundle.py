@@ -6,7 +6,7 @@ bundle of ``docs/gateway-protocol.md``::
     {"active": <snapshot document>, "scheduled": [<snapshot document>, ...]}
 
 It is assembled from the bytes stored at publish (never re-serialized), gzipped
-once, and written to one Redis hash, ``sluice:snapshots:bundle``:
+once, and written to one Redis hash, ``keys.BUNDLE_KEY``:
 
 =================== ==========================================================
 ``etag``            quoted SHA-256 of ``body``: what ``If-None-Match`` is compared to
@@ -37,11 +37,12 @@ import redis
 from django.db.models import Count, Max
 
 from limits.core.store import redis_client
+from limits.gateways.keys import BUNDLE_KEY
+from limits.gateways.window import poll_window_reset
 from limits.models import Snapshot
 from limits.versions.selectors import snapshot_get_active, snapshot_scheduled
 
 __all__ = [
-    "BUNDLE_KEY",
     "Bundle",
     "snapshot_bundle_build",
     "snapshot_bundle_etag",
@@ -49,8 +50,6 @@ __all__ = [
     "snapshot_bundle_refresh",
     "snapshot_bundle_sync",
 ]
-
-BUNDLE_KEY = "sluice:snapshots:bundle"
 
 # KEYS[1] the hash; ARGV: force ("1"/"0"), version, activations, then field/value pairs.
 _WRITE_IF_NEWER = """
@@ -138,8 +137,6 @@ def snapshot_bundle_refresh(*, force: bool = False) -> Bundle | None:
     for name, value in bundle.fields().items():
         args += [name, value]
     _client().eval(_WRITE_IF_NEWER, 1, BUNDLE_KEY, *args)
-    from limits.polling import poll_window_reset  # polling imports this module
-
     poll_window_reset()  # this process's gateways see the new ETag at once
     return bundle
 

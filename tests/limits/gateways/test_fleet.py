@@ -2,13 +2,8 @@
 
 import pytest
 
-from limits.fleet import (
-    GatewayReport,
-    GatewayState,
-    fleet_record,
-    fleet_status,
-    parse_gateway_id,
-)
+from limits.gateways.fleet import GatewayState, fleet_record, fleet_status
+from limits.gateways.reports import GatewayReport, parse_gateway_id
 
 NOW = 1_800_000_000.0
 

@@ -1,6 +1,6 @@
 """The fleet: which gateway runs which snapshot version, as the gateways report it on each poll.
 
-Reports live in one Redis hash (``sluice:fleet:gateways``, gateway id -> JSON), so a
+Reports live in one Redis hash (``keys.FLEET_KEY``, gateway id -> JSON), so a
 poll costs one HSET and no database write. The Fleet page and the API read it and
 judge each gateway against the active version.
 """
@@ -8,7 +8,6 @@ judge each gateway against the active version.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -17,20 +16,17 @@ from enum import StrEnum
 from django.conf import settings
 
 from limits.core.store import redis_client
+from limits.gateways.keys import FLEET_KEY
+from limits.gateways.reports import GatewayReport, report_json
+from limits.gateways.window import poll_window_flush
 
 __all__ = [
-    "FLEET_KEY",
     "FleetStatus",
-    "GatewayReport",
     "GatewayState",
     "fleet_record",
     "fleet_status",
-    "parse_gateway_id",
-    "report_json",
 ]
 
-FLEET_KEY = "sluice:fleet:gateways"
-_GATEWAY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 #: Gateways not heard from for this long are dropped from the fleet.
 FORGET_AFTER_SECONDS = 7 * 86400
 
@@ -41,30 +37,6 @@ class GatewayState(StrEnum):
     STALE = "stale"  #: behind the active version for longer than the threshold
     ERROR = "error"  #: reports a version it rejected
     SILENT = "silent"  #: has not polled for longer than the threshold
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayReport:
-    """What one gateway said in its last poll."""
-
-    gateway: str
-    applied: int | None  #: the version it enforces (None before its first snapshot)
-    rejected: int | None  #: a version it refused, if any
-    reason: str  #: why it refused it
-    seen: float  #: epoch seconds of the poll
-    token: str  #: prefix of the token it used
-    address: str  #: the address it polled from
-
-    def with_token(self, token: str) -> GatewayReport:
-        return GatewayReport(
-            self.gateway,
-            self.applied,
-            self.rejected,
-            self.reason,
-            self.seen,
-            token,
-            self.address,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,27 +52,13 @@ class FleetStatus:
     versions: dict[int | None, int]  #: version -> how many gateways run it
 
 
-def parse_gateway_id(value: str) -> str:
-    """Validate a ``Sluice-Gateway-Id``; raise ValueError saying what is allowed."""
-    if not _GATEWAY_ID.match(value):
-        raise ValueError("1 to 100 characters: letters, digits, '.', '_', ':' and '-'")
-    return value
-
-
 def fleet_record(report: GatewayReport) -> None:
     """Store ``report`` as the gateway's latest (polls do this inside their Lua script)."""
     redis_client().hset(FLEET_KEY, report.gateway, report_json(report))
 
 
-def report_json(report: GatewayReport) -> str:
-    """The stored form of a report, as kept in the fleet hash."""
-    return json.dumps({name: getattr(report, name) for name in GatewayReport.__slots__})
-
-
 def fleet_reports() -> list[GatewayReport]:
     """Every gateway's latest report; forgets the ones gone for a week."""
-    from limits.polling import poll_window_flush  # polling imports this module
-
     poll_window_flush()  # this process's buffered reports first
     raw = redis_client().hgetall(FLEET_KEY)
     reports = [GatewayReport(**json.loads(value)) for value in raw.values()]

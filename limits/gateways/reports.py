@@ -1,0 +1,47 @@
+"""What a gateway says about itself on every poll, and how it is stored."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+__all__ = ["GatewayReport", "parse_gateway_id", "report_json"]
+
+_GATEWAY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayReport:
+    """What one gateway said in its last poll."""
+
+    gateway: str
+    applied: int | None  #: the version it enforces (None before its first snapshot)
+    rejected: int | None  #: a version it refused, if any
+    reason: str  #: why it refused it
+    seen: float  #: epoch seconds of the poll
+    token: str  #: prefix of the token it used
+    address: str  #: the address it polled from
+
+    def with_token(self, token: str) -> GatewayReport:
+        return GatewayReport(
+            self.gateway,
+            self.applied,
+            self.rejected,
+            self.reason,
+            self.seen,
+            token,
+            self.address,
+        )
+
+
+def parse_gateway_id(value: str) -> str:
+    """Validate a ``Sluice-Gateway-Id``; raise ValueError saying what is allowed."""
+    if not _GATEWAY_ID.match(value):
+        raise ValueError("1 to 100 characters: letters, digits, '.', '_', ':' and '-'")
+    return value
+
+
+def report_json(report: GatewayReport) -> str:
+    """The stored form of a report, as kept in the fleet hash."""
+    return json.dumps({name: getattr(report, name) for name in GatewayReport.__slots__})

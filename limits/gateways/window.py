@@ -1,0 +1,106 @@
+"""What this web process heard from Redis about polls lately, and the reports it owes it.
+
+Most polls hold the current ETag (a 304) with a token this process vouched for a
+moment ago. They are answered from the window: what this process heard from
+Redis less than ``SLUICE_POLL_WINDOW_MS`` ago (default 1 s). Their reports and
+counts are kept here and written with the others of the window in one pipeline
+(:func:`poll_window_flush`), which also checks that every token used in the window
+is still valid and reads the ETag again. ``limits.gateways.polling`` explains
+the two paths; a publish, a revocation or the fleet page resets or flushes the
+window of their own process at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from limits.core.store import redis_client
+from limits.gateways.counters import SNAPSHOT_POLLS, counter_field
+from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY
+from limits.gateways.reports import GatewayReport, report_json
+
+__all__ = [
+    "Window",
+    "poll_field",
+    "poll_window",
+    "poll_window_flush",
+    "poll_window_is_open",
+    "poll_window_reset",
+]
+
+
+def poll_field(result: str) -> str:
+    """The field of the shared poll counter (``limits.gateways.counters``) for one result."""
+    return counter_field(SNAPSHOT_POLLS, labels={"result": result})
+
+
+@dataclass
+class Window:
+    """What this process heard from Redis at ``opened`` and what it owes it since."""
+
+    pid: int = field(default_factory=os.getpid)
+    opened: float = float("-inf")  #: monotonic time of the last round trip
+    etag: str | None = None
+    tokens: set[str] = field(default_factory=set)  #: cache keys of vouched tokens
+    #: gateway -> its latest report (serialized at the flush, once per gateway)
+    reports: dict[str, GatewayReport] = field(default_factory=dict)
+    polls: dict[str, int] = field(default_factory=dict)  #: answered, by result
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_window = Window()
+
+
+def poll_window() -> Window:
+    """This process's window (a new one after a fork: a child starts having heard nothing)."""
+    global _window
+    if _window.pid != os.getpid():  # forked after import: start empty
+        _window = Window()
+    return _window
+
+
+def poll_window_is_open(window: Window) -> bool:
+    """Whether ``window`` heard from Redis less than ``SLUICE_POLL_WINDOW_MS`` ago."""
+    return time.monotonic() - window.opened < settings.SLUICE_POLL_WINDOW_MS / 1000
+
+
+def poll_window_flush(*, etag: str | None = None) -> None:
+    """Write the buffered reports and poll count, re-check the window's tokens, and
+    open a new window (with ``etag`` when the caller just read it)."""
+    window = poll_window()
+    with window.lock:
+        reports, polls, tokens = window.reports, window.polls, sorted(window.tokens)
+        window.reports, window.polls = {}, {}
+    pipe = redis_client().pipeline(transaction=False)
+    if reports:
+        pipe.hset(FLEET_KEY, mapping={g: report_json(r) for g, r in reports.items()})
+    for result, count in polls.items():
+        pipe.hincrby(COUNTERS_KEY, poll_field(result), count)
+    pipe.hget(BUNDLE_KEY, "etag")
+    for token in tokens:
+        pipe.exists(token)
+    replies = pipe.execute()[-1 - len(tokens) :]
+    stored, valid = replies[0], replies[1:]
+    with window.lock:
+        window.tokens -= {t for t, ok in zip(tokens, valid, strict=True) if not ok}
+        window.etag = (
+            etag if etag is not None else (stored.decode() if stored else None)
+        )
+        window.opened = time.monotonic()
+
+
+def poll_window_reset(*, drop_reports: bool = False) -> None:
+    """Forget what this process heard (after a publish or a revocation here);
+    buffered reports are kept for the next flush unless ``drop_reports``."""
+    window = poll_window()
+    with window.lock:
+        window.opened = float("-inf")
+        window.etag = None
+        window.tokens.clear()
+        if drop_reports:
+            window.reports, window.polls = {}, {}
