@@ -70,7 +70,7 @@ def decision_stream_aggregate_task() -> dict[str, int]:
     """Roll the decision stream up into Postgres (safe to run twice). Run by beat."""
     from dataclasses import asdict
 
-    from limits.stats import decision_stream_aggregate
+    from limits.traffic.stats import decision_stream_aggregate
 
     return asdict(decision_stream_aggregate())
 
@@ -78,6 +78,6 @@ def decision_stream_aggregate_task() -> dict[str, int]:
 @shared_task(name="limits.stats_prune")
 def stats_prune_task() -> dict[str, int]:
     """Delete statistics older than their retention settings. Run by beat."""
-    from limits.stats import stats_prune
+    from limits.traffic.stats import stats_prune
 
     return stats_prune()

@@ -7,12 +7,12 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from limits.metrics import metrics_render
+from limits.traffic.metrics import metrics_render
 
 
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The control plane's counters (``limits.metrics``); 401 without the token when one is set."""
+    """The control plane's counters (``limits.traffic.metrics``); 401 without the token when one is set."""
     token = settings.SLUICE_METRICS_TOKEN
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ")

@@ -13,9 +13,9 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
-from limits import dashboards
-from limits.charts import line_chart
 from limits.models import DecisionMinute, Rejection
+from limits.traffic import dashboards
+from limits.traffic.charts import line_chart
 
 from .base import ReadOnlyAdmin
 

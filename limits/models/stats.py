@@ -1,6 +1,6 @@
 """What the decision stream is rolled up into: counts per minute, totals, recent rejections.
 
-Written by ``limits.stats`` only (the Celery aggregation task), read by the
+Written by ``limits.traffic.stats`` only (the Celery aggregation task), read by the
 dashboards and the Prometheus endpoint. ``StreamEntry`` is the bookkeeping that
 makes the aggregation idempotent: a stream entry is counted in the same
 transaction that records its id, and an id already recorded is never counted

@@ -115,7 +115,7 @@ def test_fleet__demo_gateway_polls__shown_in_sync(
 
 def test_dashboard__limited_traffic__charts_render_with_data(page, redis_server):
     # Given a gateway that limited initech on search, its decisions streamed and rolled up
-    from limits.stats import decision_stream_aggregate
+    from limits.traffic.stats import decision_stream_aggregate
     from limits.versions.selectors import snapshot_document, snapshot_get_active
     from sluice import Limiter, connect
     from sluice.metrics import DecisionEvents

@@ -32,7 +32,7 @@ from django.utils import timezone
 from limits.core.store import redis_client
 from limits.gateways.keys import DECISION_GROUP, decision_stream
 from limits.models import DecisionMinute, Rejection, StreamEntry
-from limits.stats_tally import Tally, entry_ms
+from limits.traffic.tally import Tally, entry_ms
 
 __all__ = [
     "CONSUMER",

@@ -12,7 +12,7 @@ from datetime import datetime
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from limits.dashboards import Series
+from limits.traffic.dashboards import Series
 
 __all__ = ["PALETTE", "line_chart"]
 

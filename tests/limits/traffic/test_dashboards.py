@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits import dashboards
 from limits.choices import Outcome
 from limits.models import DecisionMinute, Rejection
+from limits.traffic import dashboards
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,6 @@
 """Selectors of the traffic dashboards: who is limited, where, and how often the limiter failed open.
 
-All read the per-minute rollups and the rejection log that ``limits.stats``
+All read the per-minute rollups and the rejection log that ``limits.traffic.stats``
 writes; each is one or two grouped queries whatever the traffic.
 """
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from limits.models import DecisionMinute, Rejection, StatCounter, StreamEntry
-from limits.stats import (
+from limits.traffic.stats import (
     CONSUMER,
     GROUP,
     decision_stream_aggregate,
