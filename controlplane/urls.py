@@ -16,7 +16,7 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("api.urls")),
-    path("changelog/", include("limits.urls")),
+    path("changelog/", include("limits.announcements.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/",

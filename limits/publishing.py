@@ -2,7 +2,7 @@
 
 Compiling lives in ``limits.rules.compiling`` and refusals in ``limits.problems``
 (both re-exported here). Every version gets its announcement in the same
-transaction (``limits.announcements``), after the notice rule
+transaction (``limits.announcements.services``), after the notice rule
 (``limits.notice``) allowed it. Publishing, rolling back and activating are
 serialized by one Postgres advisory lock, so versions are consecutive and nothing is lost when two happen at once;
 a publish also holds the rule tables in SHARE mode until it commits, so that it
@@ -21,7 +21,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from limits import models
-from limits.announcements import announcement_create
+from limits.announcements.services import announcement_create
 from limits.choices import AuditAction, SnapshotKind
 from limits.core.audit import Actor, audit_record
 from limits.core.roles import require_publisher

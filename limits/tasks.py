@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from limits.deliveries import DeliveryFailed
+from limits.announcements.deliveries import DeliveryFailed
 
 __all__ = [
     "announcement_notify_task",
@@ -32,7 +32,7 @@ def snapshot_activate_due_task() -> list[int]:
 @shared_task(name="limits.announcement_notify")
 def announcement_notify_task(announcement_id: int) -> int:
     """Create and queue the notifications of one version (once, however often run)."""
-    from limits.announcements import announcement_notify
+    from limits.announcements.services import announcement_notify
 
     return announcement_notify(announcement_id=announcement_id)
 
@@ -50,7 +50,7 @@ def announcement_notify_task(announcement_id: int) -> int:
 )
 def delivery_send_task(self, delivery_id: int) -> str | None:
     """One attempt at a webhook or email; Celery retries while attempts fail."""
-    from limits.deliveries import delivery_send
+    from limits.announcements.deliveries import delivery_send
 
     final = self.request.retries >= self.max_retries
     delivery = delivery_send(delivery_id=delivery_id, final=final)
@@ -60,7 +60,7 @@ def delivery_send_task(self, delivery_id: int) -> str | None:
 @shared_task(name="limits.announcements_dispatch_due")
 def announcements_dispatch_due_task() -> dict[str, int]:
     """Reminders before lowerings, and notifications whose task was lost. Run by beat."""
-    from limits.announcements import announcements_dispatch_due
+    from limits.announcements.services import announcements_dispatch_due
 
     return announcements_dispatch_due()
 

@@ -12,7 +12,7 @@ def announce_existing_versions(apps, schema_editor):
     notified: nobody is told about the past, but the changelog shows it."""
     from django.utils import timezone
 
-    from limits.changelog import public_changes  # pure: stored diff JSON in, list out
+    from limits.announcements.changelog import public_changes  # pure: stored diff JSON in, list out
 
     snapshot_model = apps.get_model("limits", "Snapshot")
     announcement_model = apps.get_model("limits", "Announcement")

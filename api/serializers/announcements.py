@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from limits.changelog import status_of
+from limits.announcements.changelog import status_of
 from limits.models import (
     Announcement,
     Delivery,

@@ -14,16 +14,16 @@ from api.serializers.announcements import (
     WebhookEndpointCreatedSerializer,
     WebhookEndpointSerializer,
 )
-from limits.announcements import announcement_note_update
-from limits.deliveries import delivery_resend, webhook_endpoint_test
-from limits.models import Announcement, Delivery, DeliveryAttempt, WebhookEndpoint
-from limits.versions.selectors import snapshot_get_active
-from limits.webhooks import (
+from limits.announcements.deliveries import delivery_resend, webhook_endpoint_test
+from limits.announcements.services import announcement_note_update
+from limits.announcements.webhooks import (
     webhook_endpoint_create,
     webhook_endpoint_delete,
     webhook_endpoint_rotate_secret,
     webhook_endpoint_update,
 )
+from limits.models import Announcement, Delivery, DeliveryAttempt, WebhookEndpoint
+from limits.versions.selectors import snapshot_get_active
 
 from .base import (
     ManagementViewSet,

@@ -8,10 +8,14 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import format_html
 
-from limits.announcements import announcement_note_update
+from limits.announcements.services import announcement_note_update
+from limits.announcements.tenant_links import (
+    tenant_link_issue,
+    tenant_link_path,
+    tenant_link_revoke,
+)
 from limits.core.audit import Actor
 from limits.models import Announcement
-from limits.tenant_links import tenant_link_issue, tenant_link_path, tenant_link_revoke
 
 
 @admin.register(Announcement)

@@ -11,15 +11,15 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from limits.core.audit import Actor
-from limits.deliveries import delivery_resend, webhook_endpoint_test
-from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
-from limits.webhooks import (
+from limits.announcements.deliveries import delivery_resend, webhook_endpoint_test
+from limits.announcements.webhooks import (
     webhook_endpoint_create,
     webhook_endpoint_delete,
     webhook_endpoint_rotate_secret,
     webhook_endpoint_update,
 )
+from limits.core.audit import Actor
+from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
 
 
 @admin.register(WebhookEndpoint)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from limits.announcements.webhooks import webhook_endpoint_create
 from limits.core.audit import Actor
 from limits.models import Limit, WebhookEndpoint
 from limits.publishing import snapshot_publish
-from limits.webhooks import webhook_endpoint_create
 
 SYSTEM = Actor.system("test")
 

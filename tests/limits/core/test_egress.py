@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from limits.announcements.webhooks import webhook_post
 from limits.core.egress import address_allowed, url_problem
 from limits.models import WebhookEndpoint
-from limits.webhooks import webhook_post
 from tests.factories import TenantFactory
 from tests.limits.announce_fixtures import endpoint_for
 

@@ -12,19 +12,23 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from limits.announcements.deliveries import (
+    delivery_resend,
+    delivery_send,
+    webhook_endpoint_test,
+)
+from limits.announcements.webhooks import webhook_endpoint_create
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor
 from limits.core.secrets import secret_decrypt
-from limits.deliveries import delivery_resend, delivery_send, webhook_endpoint_test
 from limits.models import AuditEntry, Delivery, WebhookEndpoint
 from limits.publishing import snapshot_publish
 from limits.tasks import announcement_notify_task, delivery_send_task
-from limits.webhooks import webhook_endpoint_create
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
 
 SYSTEM = Actor.system("test")
 _spec = importlib.util.spec_from_file_location(
-    "webhook_receiver", Path(__file__).parents[2] / "docs" / "webhook_receiver.py"
+    "webhook_receiver", Path(__file__).parents[3] / "docs" / "webhook_receiver.py"
 )
 docs_receiver = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(docs_receiver)

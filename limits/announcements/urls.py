@@ -2,8 +2,8 @@
 
 from django.urls import path
 
-from limits import views
-from limits.feeds import ChangelogFeed
+from limits.announcements import views
+from limits.announcements.feeds import ChangelogFeed
 
 app_name = "changelog"
 

@@ -30,16 +30,16 @@ from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
-from limits.core.audit import Actor, audit_record
-from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
-from limits.webhooks import (
+from limits.announcements.webhooks import (
     PostResult,
     endpoint_headers,
     require_manager,
     webhook_post,
     webhook_timeout,
 )
+from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
+from limits.core.audit import Actor, audit_record
+from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
 
 __all__ = [
     "DeliveryFailed",

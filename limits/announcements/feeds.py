@@ -7,7 +7,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.feedgenerator import Atom1Feed
 
-from limits.changelog import ChangelogEntry, changelog_entries
+from limits.announcements.changelog import ChangelogEntry, changelog_entries
 
 __all__ = ["ChangelogFeed"]
 

@@ -8,11 +8,11 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
+from limits.announcements.tenant_links import tenant_link_issue, tenant_link_revoke
 from limits.choices import AuditAction
 from limits.core.audit import Actor
 from limits.models import AuditEntry
 from limits.publishing import snapshot_publish
-from limits.tenant_links import tenant_link_issue, tenant_link_revoke
 from tests.factories import PolicyFactory
 from tests.limits.announce_fixtures import lower_pro_search
 

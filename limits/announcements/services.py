@@ -23,11 +23,11 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from limits.changelog import public_changes, tenant_changes, tiers_of
+from limits.announcements.changelog import public_changes, tenant_changes, tiers_of
+from limits.announcements.deliveries import EVENT_TYPES, deliveries_enqueue
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor, audit_record
 from limits.core.roles import require_publisher
-from limits.deliveries import EVENT_TYPES, deliveries_enqueue
 from limits.models import Announcement, Delivery, Snapshot, Tenant, WebhookEndpoint
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Public pages: the changelog (HTML, JSON) and a tenant's private page.
 
-Readable without logging in. They show only what ``limits.changelog`` lets the
+Readable without logging in. They show only what ``limits.announcements.changelog`` lets the
 audience see; the private page answers 404 for any token that is not valid now.
 """
 
@@ -11,8 +11,8 @@ from django.template.response import TemplateResponse
 from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
-from limits.changelog import changelog_entries, changelog_entry
-from limits.tenant_links import tenant_link_resolve, tenant_overview
+from limits.announcements.changelog import changelog_entries, changelog_entry
+from limits.announcements.tenant_links import tenant_link_resolve, tenant_overview
 
 __all__ = [
     "changelog_index",

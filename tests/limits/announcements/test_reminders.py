@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from limits.announcements import announcements_dispatch_due, reminders_send_due
+from limits.announcements.services import announcements_dispatch_due, reminders_send_due
 from limits.choices import DeliveryKind
 from limits.core.audit import Actor
 from limits.models import Announcement, Delivery

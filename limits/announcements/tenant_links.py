@@ -19,13 +19,18 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from limits.changelog import ChangelogEntry, entry_of, tenant_changes, tiers_of
+from limits.announcements.changelog import (
+    ChangelogEntry,
+    entry_of,
+    tenant_changes,
+    tiers_of,
+)
+from limits.announcements.webhooks import require_manager
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
 from limits.models import Announcement, Tenant, TenantLink
 from limits.versions.explain import EffectiveLimit, effective_limits
 from limits.versions.selectors import snapshot_get_active
-from limits.webhooks import require_manager
 
 __all__ = [
     "TenantOverview",
