@@ -36,7 +36,7 @@ from limits.core.audit import Actor  # noqa: E402
 from limits.diff.diffing import rules_diff  # noqa: E402
 from limits.gateways.bundle import snapshot_bundle_get  # noqa: E402
 from limits.models import Limit, Policy, Tenant, Tier  # noqa: E402
-from limits.publishing import snapshot_publish  # noqa: E402
+from limits.publishing.services import snapshot_publish  # noqa: E402
 from limits.rules.compiling import rules_compile  # noqa: E402
 from limits.versions.explain import explain  # noqa: E402
 from limits.versions.selectors import (  # noqa: E402

@@ -10,6 +10,7 @@ class LimitsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Models are not ready when this module is imported; ready() is Django's hook.
         from limits.core.roles import sync_role_groups
 
         post_migrate.connect(

@@ -122,7 +122,7 @@ def _baseline_rows(request):
 def no_notice_period(settings):
     """For tests of publishing mechanics: lowerings may take effect at once.
 
-    The notice period itself is tested in ``tests/limits/test_notice.py``.
+    The notice period itself is tested in ``tests/limits/publishing/test_notice.py``.
     """
     settings.SLUICE_NOTICE_PERIOD_DAYS = 0
 

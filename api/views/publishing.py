@@ -20,8 +20,8 @@ from api.serializers.snapshots import (
 from api.views.base import StrictQueryMixin, actor_from
 from limits.gateways.fleet import fleet_status
 from limits.models import Snapshot
-from limits.publishing import snapshot_publish
-from limits.rollback import snapshot_rollback
+from limits.publishing.rollback import snapshot_rollback
+from limits.publishing.services import snapshot_publish
 from limits.versions.explain import explain
 from limits.versions.selectors import (
     snapshot_active_version,

@@ -15,9 +15,9 @@ from django.utils import timezone
 from limits.core.audit import Actor
 from limits.diff.diffing import rules_diff
 from limits.models import Route, Snapshot
-from limits.notice import notice_preview
-from limits.publishing import problem_text, snapshot_publish
-from limits.rollback import snapshot_rollback
+from limits.publishing.notice import notice_preview
+from limits.publishing.rollback import snapshot_rollback
+from limits.publishing.services import problem_text, snapshot_publish
 from limits.rules.compiling import rules_compile
 from limits.versions.explain import ExplainSource, explain
 from limits.versions.selectors import (

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage
@@ -39,6 +38,7 @@ from limits.announcements.webhooks import (
 )
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor, audit_record
+from limits.core.jobs import enqueue_on_commit
 from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
 
 __all__ = [
@@ -59,16 +59,18 @@ EVENT_TYPES = {
 }
 
 
+#: The task that runs :func:`delivery_send`, retried (``limits.announcements.tasks``).
+SEND_TASK = "limits.delivery_send"
+
+
 class DeliveryFailed(Exception):
     """An attempt failed and another should follow (Celery retries on it)."""
 
 
 def deliveries_enqueue(ids: list[int]) -> None:
     """Queue one send task per delivery once the current transaction commits."""
-    from limits.tasks import delivery_send_task
-
     for pk in ids:
-        transaction.on_commit(partial(delivery_send_task.delay, pk), robust=True)
+        enqueue_on_commit(SEND_TASK, pk)
 
 
 def delivery_body(delivery: Delivery) -> bytes:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from functools import partial
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -27,6 +26,7 @@ from limits.announcements.changelog import public_changes, tenant_changes, tiers
 from limits.announcements.deliveries import EVENT_TYPES, deliveries_enqueue
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor, audit_record
+from limits.core.jobs import enqueue_on_commit
 from limits.core.roles import require_publisher
 from limits.models import Announcement, Delivery, Snapshot, Tenant, WebhookEndpoint
 
@@ -38,6 +38,8 @@ __all__ = [
     "reminders_send_due",
 ]
 
+#: The task that runs :func:`announcement_notify` (``limits.announcements.tasks``).
+NOTIFY_TASK = "limits.announcement_notify"
 #: Pending deliveries older than this are queued again (their task was lost).
 STALE_PENDING = timedelta(minutes=10)
 _CHUNK = 500
@@ -47,8 +49,6 @@ def announcement_create(
     *, snapshot: Snapshot, note: str, emergency_reason: str, notice_days: int
 ) -> Announcement:
     """Store what is said about ``snapshot``; notify the tenants once it commits."""
-    from limits.tasks import announcement_notify_task
-
     announcement = Announcement.objects.create(
         snapshot=snapshot,
         note=note.strip(),
@@ -57,8 +57,7 @@ def announcement_create(
         notice_days=notice_days,
         public_changes=public_changes(snapshot.diff),
     )
-    task = partial(announcement_notify_task.delay, announcement.pk)
-    transaction.on_commit(task, robust=True)
+    enqueue_on_commit(NOTIFY_TASK, announcement.pk)
     return announcement
 
 

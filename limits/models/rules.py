@@ -1,7 +1,7 @@
 """The rule tables people edit: tiers, tenants, routes, policies and their limits.
 
 They are the working copy. Gateways never read them: a publish compiles them
-into an immutable snapshot (``limits.publishing``).
+into an immutable snapshot (``limits.publishing.services``).
 """
 
 from django.contrib.postgres.fields import ArrayField

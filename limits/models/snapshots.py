@@ -20,7 +20,7 @@ class SnapshotStatus(models.TextChoices):
 class Snapshot(models.Model):
     """One published version of the rules, with its bytes prepared once at publish.
 
-    Rows are written once by ``limits.publishing``. Only the lifecycle columns
+    Rows are written once by ``limits.publishing.services``. Only the lifecycle columns
     change afterwards, once each, from empty to a value: ``activated_at`` when the
     version takes effect, ``superseded_at``/``superseded_by`` when a later version
     is published to take effect no later than this one. A database trigger

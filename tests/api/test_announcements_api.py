@@ -10,7 +10,7 @@ from django.utils import timezone
 from limits.choices import AuditAction
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Delivery, Limit
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db

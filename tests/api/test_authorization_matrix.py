@@ -14,7 +14,7 @@ from django.utils import timezone
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
 from limits.models import ApiToken, AuditEntry, GatewayToken
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from tests.factories import PolicyFactory
 
 pytestmark = pytest.mark.django_db

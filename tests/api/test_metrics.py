@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from limits.core.audit import Actor
 from limits.gateways.counters import SNAPSHOT_POLLS, metric_increment
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from limits.traffic.stats import decision_stream_aggregate
 from sluice import STREAM_KEY
 

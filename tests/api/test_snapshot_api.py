@@ -12,7 +12,7 @@ from limits.core.audit import Actor
 from limits.gateways.bundle import snapshot_bundle_get
 from limits.gateways.tokens import token_create, token_revoke
 from limits.models import GatewayToken, Limit
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from sluice.bundle import parse_bundle_bytes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]

@@ -11,7 +11,7 @@ from django.utils import timezone
 from limits.choices import DeliveryKind, DeliveryState
 from limits.core.audit import Actor
 from limits.models import Delivery
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from tests.celery_fixtures import wait_until
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
 from tests.receiver import receiver  # noqa: F401  (a customer's endpoint)

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from sluice import Limiter
 from sluice.source import PollResult, SnapshotSource
 

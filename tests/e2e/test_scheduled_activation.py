@@ -11,7 +11,7 @@ from limits.choices import AuditAction
 from limits.core.audit import Actor
 from limits.gateways.bundle import snapshot_bundle_get
 from limits.models import AuditEntry, Limit, Snapshot
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from tests.celery_fixtures import wait_until
 
 pytestmark = [

@@ -18,7 +18,7 @@ from django.db import connection
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from sluice import Limiter, SnapshotSource
 from tests.celery_fixtures import database_url, wait_until
 from tests.servers import ControlPlaneServer

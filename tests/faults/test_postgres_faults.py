@@ -20,7 +20,7 @@ from django.db import connections
 from limits.core.audit import Actor
 from limits.gateways.bundle import snapshot_bundle_etag
 from limits.models import AuditEntry, Limit, Snapshot
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from limits.versions.selectors import snapshot_get_active
 from tests.celery_fixtures import database_url
 

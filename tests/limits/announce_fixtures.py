@@ -7,7 +7,7 @@ import pytest
 from limits.announcements.webhooks import webhook_endpoint_create
 from limits.core.audit import Actor
 from limits.models import Limit, WebhookEndpoint
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 
 SYSTEM = Actor.system("test")
 

@@ -8,10 +8,10 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
+from limits.announcements.tasks import delivery_send_task
 from limits.choices import DeliveryState
 from limits.core.secrets import secret_decrypt
 from limits.models import Delivery, Snapshot, TenantLink, WebhookEndpoint
-from limits.tasks import delivery_send_task
 from tests.limits.announce_fixtures import lower_pro_search
 
 PUBLISH = reverse("admin:limits_snapshot_publish")

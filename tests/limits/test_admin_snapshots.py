@@ -13,7 +13,7 @@ from limits.choices import Role
 from limits.core.audit import Actor
 from limits.core.roles import role_permissions
 from limits.models import Limit, Route, Snapshot
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 
 # These tests are about publishing mechanics, not the notice period.
 pytestmark = pytest.mark.usefixtures("no_notice_period")

@@ -12,8 +12,8 @@ from jsonschema import Draft202012Validator
 
 from limits.choices import Dimension, FailureMode, LimitKind, ScopeKind
 from limits.models import Limit, Snapshot
-from limits.publishing import snapshot_publish
-from limits.rollback import snapshot_rollback
+from limits.publishing.rollback import snapshot_rollback
+from limits.publishing.services import snapshot_publish
 from tests.factories import PolicyFactory, RouteFactory
 
 SCHEMA = json.loads(

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 from limits.choices import ScopeKind
 from limits.core.audit import Actor
 from limits.models import Limit
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from limits.core.audit import Actor
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 
 
 def _moment(text: str) -> datetime:

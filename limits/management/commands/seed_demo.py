@@ -20,7 +20,7 @@ from limits.models import (
     Tier,
     hash_secret,
 )
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from limits.rules import services as rules
 
 TIERS = [("free", "Free", 0), ("pro", "Pro", 1), ("enterprise", "Enterprise", 2)]

@@ -11,7 +11,7 @@ from django.utils import timezone
 from limits.choices import ScopeKind
 from limits.core.audit import Actor
 from limits.models import Limit
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from tests.factories import PolicyFactory, TierFactory
 from tests.limits.announce_fixtures import lower_pro_search
 

@@ -17,13 +17,13 @@ from limits.announcements.deliveries import (
     delivery_send,
     webhook_endpoint_test,
 )
+from limits.announcements.tasks import announcement_notify_task, delivery_send_task
 from limits.announcements.webhooks import webhook_endpoint_create
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor
 from limits.core.secrets import secret_decrypt
 from limits.models import AuditEntry, Delivery, WebhookEndpoint
-from limits.publishing import snapshot_publish
-from limits.tasks import announcement_notify_task, delivery_send_task
+from limits.publishing.services import snapshot_publish
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
 
 SYSTEM = Actor.system("test")

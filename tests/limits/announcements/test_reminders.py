@@ -11,7 +11,7 @@ from limits.announcements.services import announcements_dispatch_due, reminders_
 from limits.choices import DeliveryKind
 from limits.core.audit import Actor
 from limits.models import Announcement, Delivery
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
 
 SYSTEM = Actor.system("test")

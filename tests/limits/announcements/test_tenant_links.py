@@ -12,7 +12,7 @@ from limits.announcements.tenant_links import tenant_link_issue, tenant_link_rev
 from limits.choices import AuditAction
 from limits.core.audit import Actor
 from limits.models import AuditEntry
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from tests.factories import PolicyFactory
 from tests.limits.announce_fixtures import lower_pro_search
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from limits.diff.diffing import rules_diff
 from limits.diff.kinds import ChangeKind
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from limits.versions.selectors import ACTIVE, WORKING_COPY, snapshot_diff
 from sluice import (
     Dimension,

@@ -18,7 +18,7 @@ from limits.gateways.bundle import (
 )
 from limits.gateways.keys import BUNDLE_KEY
 from limits.models import Limit
-from limits.publishing import snapshot_activate_due, snapshot_publish
+from limits.publishing.services import snapshot_activate_due, snapshot_publish
 from sluice import Snapshot as SnapshotDocument
 
 # These tests are about publishing mechanics, not the notice period.

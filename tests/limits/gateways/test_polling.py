@@ -7,7 +7,7 @@ from limits.gateways.counters import SNAPSHOT_POLLS, counter_field
 from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY
 from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from django.db import IntegrityError, transaction
 
 from limits.choices import Dimension, LimitKind, ScopeKind
 from limits.models import Limit, Policy, Snapshot
-from limits.publishing import snapshot_publish
-from limits.rollback import snapshot_rollback
+from limits.publishing.rollback import snapshot_rollback
+from limits.publishing.services import snapshot_publish
 from limits.rules import services
 from limits.rules.compiling import policy_to_snapshot
 from limits.versions.explain import explain

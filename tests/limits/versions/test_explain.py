@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from limits.models import Limit
-from limits.publishing import snapshot_publish
+from limits.publishing.services import snapshot_publish
 from limits.versions.explain import ExplainSource, explain
 from sluice import Level, Resolver, Snapshot
 

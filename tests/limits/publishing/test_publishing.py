@@ -17,7 +17,7 @@ from limits.choices import AuditAction, Dimension, ScopeKind
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tier
 from limits.models.snapshots import SnapshotStatus
-from limits.publishing import (
+from limits.publishing.services import (
     InvalidRules,
     NothingToPublish,
     snapshot_activate_due,

@@ -19,7 +19,11 @@ from django.db import transaction
 
 from limits import models
 from limits.core.audit import Actor
-from limits.publishing import publishing_lock, require_publisher, snapshot_store
+from limits.publishing.services import (
+    publishing_lock,
+    require_publisher,
+    snapshot_store,
+)
 from limits.rules.compiling import rules_compile
 from limits.rules.restore import working_copy_restore
 from limits.versions.selectors import snapshot_rules

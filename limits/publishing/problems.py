@@ -1,6 +1,6 @@
 """Why a publish is refused: the working copy's problems, or nothing to publish.
 
-Re-exported by ``limits.publishing``, where callers import them from.
+Re-exported by ``limits.publishing.services``, where callers import them from.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Publishing: the working copy, validated and compiled, stored as the next version.
 
-Compiling lives in ``limits.rules.compiling`` and refusals in ``limits.problems``
+Compiling lives in ``limits.rules.compiling`` and refusals in ``limits.publishing.problems``
 (both re-exported here). Every version gets its announcement in the same
 transaction (``limits.announcements.services``), after the notice rule
-(``limits.notice``) allowed it. Publishing, rolling back and activating are
+(``limits.publishing.notice``) allowed it. Publishing, rolling back and activating are
 serialized by one Postgres advisory lock, so versions are consecutive and nothing is lost when two happen at once;
 a publish also holds the rule tables in SHARE mode until it commits, so that it
 compiles one consistent state of the working copy. See ``docs/publishing.md``
@@ -27,8 +27,8 @@ from limits.core.audit import Actor, audit_record
 from limits.core.roles import require_publisher
 from limits.diff.diffing import rules_diff
 from limits.gateways.bundle import snapshot_bundle_refresh
-from limits.notice import notice_check, notice_days
-from limits.problems import InvalidRules, NothingToPublish, problem_text
+from limits.publishing.notice import notice_check, notice_days
+from limits.publishing.problems import InvalidRules, NothingToPublish, problem_text
 from limits.rules.compiling import (
     limit_to_snapshot,
     policy_to_snapshot,
@@ -82,7 +82,7 @@ def snapshot_publish(
 
     Takes effect now, or at ``effective_at`` (in the future). ``note`` is the
     public note of its announcement; ``emergency_reason`` lets a lowering take
-    effect before the notice period ends (``limits.notice``) and marks it as an
+    effect before the notice period ends (``limits.publishing.notice``) and marks it as an
     emergency. Raises InvalidRules (nothing written), NothingToPublish,
     NoticePeriodTooShort, ValidationError for a bad message or time,
     PermissionDenied for a role that may not publish.

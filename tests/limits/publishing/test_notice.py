@@ -13,9 +13,9 @@ from django.utils import timezone
 from limits.choices import AuditAction
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
-from limits.notice import NoticePeriodTooShort
-from limits.publishing import snapshot_publish
-from limits.rollback import snapshot_rollback
+from limits.publishing.notice import NoticePeriodTooShort
+from limits.publishing.rollback import snapshot_rollback
+from limits.publishing.services import snapshot_publish
 from limits.rules.services import rule_delete
 from tests.factories import PolicyFactory, RouteFactory
 from tests.limits.announce_fixtures import lower_pro_search

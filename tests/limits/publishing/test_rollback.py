@@ -11,8 +11,8 @@ from django.utils import timezone
 from limits.choices import AuditAction, ScopeKind, SnapshotKind
 from limits.core.audit import Actor
 from limits.models import AuditEntry, Limit, Policy, Route, Snapshot, Tenant
-from limits.publishing import NothingToPublish, snapshot_publish
-from limits.rollback import snapshot_rollback
+from limits.publishing.rollback import snapshot_rollback
+from limits.publishing.services import NothingToPublish, snapshot_publish
 from limits.rules.compiling import rules_compile
 from limits.versions.selectors import snapshot_get_active
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory
