@@ -12,7 +12,8 @@ def announce_existing_versions(apps, schema_editor):
     notified: nobody is told about the past, but the changelog shows it."""
     from django.utils import timezone
 
-    from limits.announcements.changelog import public_changes  # pure: stored diff JSON in, list out
+    from limits.announcements.changelog import public_changes  # pure: a diff in, a list out
+    from limits.diff.diffing import RulesDiff
 
     snapshot_model = apps.get_model("limits", "Snapshot")
     announcement_model = apps.get_model("limits", "Announcement")
@@ -21,7 +22,7 @@ def announce_existing_versions(apps, schema_editor):
         announcement_model.objects.create(
             snapshot=row,
             lowers=row.diff.get("lowers", False),
-            public_changes=public_changes(row.diff),
+            public_changes=public_changes(RulesDiff.from_json(row.diff)),
             notified_at=now,
         )
 

@@ -28,7 +28,7 @@ from .rules import (
 )
 from .validation import validate_rules
 
-__all__ = ["parse_rules", "parse_snapshot_fields"]
+__all__ = ["parse_concurrency", "parse_limit", "parse_rules", "parse_snapshot_fields"]
 
 _SNAPSHOT_KEYS = {
     "format",
@@ -141,18 +141,19 @@ def _policy(data: Any, path: str) -> Policy:
         scope=scope,
         route=_string(obj["route"], f"{path}.route"),
         limits=tuple(
-            _limit(value, f"{path}.limits[{index}]")
+            parse_limit(value, f"{path}.limits[{index}]")
             for index, value in enumerate(_list(obj["limits"], f"{path}.limits"))
         ),
         expires_at=None if expires is None else _time(expires, f"{path}.expires_at"),
         concurrency=tuple(
-            _concurrency(value, f"{path}.concurrency[{index}]")
+            parse_concurrency(value, f"{path}.concurrency[{index}]")
             for index, value in enumerate(caps)
         ),
     )
 
 
-def _limit(data: Any, path: str) -> Limit:
+def parse_limit(data: Any, path: str = "limit") -> Limit:
+    """One token bucket of a policy (``Limit.to_json``); SnapshotError names the bad member."""
     obj = _object(data, path, _LIMIT_KEYS, _LIMIT_OPTIONAL)
     period = _integer(obj["period"], f"{path}.period", minimum=1)
     if period not in PERIODS:
@@ -176,7 +177,8 @@ def _limit(data: Any, path: str) -> Limit:
     )
 
 
-def _concurrency(data: Any, path: str) -> ConcurrencyLimit:
+def parse_concurrency(data: Any, path: str = "concurrency") -> ConcurrencyLimit:
+    """One concurrency cap (``ConcurrencyLimit.to_json``); SnapshotError names the bad member."""
     obj = _object(data, path, _CONCURRENCY_KEYS)
     return ConcurrencyLimit(
         dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),

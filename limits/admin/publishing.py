@@ -148,7 +148,7 @@ def publish_view(request):
             messages.success(request, f"Published version {row.version}.")
             return redirect("admin:limits_snapshot_change", row.pk)
     working = rules_compile()
-    diff = rules_diff(rules_of(ACTIVE), working).to_json()
+    diff = rules_diff(rules_of(ACTIVE), working)
     return _page(
         request,
         "publish.html",
@@ -157,7 +157,7 @@ def publish_view(request):
         active=snapshot_get_active(light=True),
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
         problems=[problem_text(p) for p in validate_rules(working)],
-        diff=diff,
+        diff=diff.to_json(),
         notice=notice_preview(diff=diff, published_at=timezone.now()),
     )
 
@@ -195,14 +195,14 @@ def rollback_view(request, version: int):
             )
             return redirect("admin:limits_snapshot_change", row.pk)
     active = rules_of(ACTIVE)
-    diff = rules_diff(active, snapshot_rules(target)).to_json()
+    diff = rules_diff(active, snapshot_rules(target))
     return _page(
         request,
         "rollback.html",
         f"Roll back to version {version}",
         form=form,
         target=target,
-        diff=diff,
+        diff=diff.to_json(),
         notice=notice_preview(diff=diff, published_at=timezone.now()),
         discarded=rules_diff(active, rules_compile()).to_json(),
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),

@@ -18,6 +18,8 @@ from datetime import datetime
 
 from django.db.models import Q
 
+from limits.diff.changes import Change
+from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Snapshot
 from limits.models.snapshots import SnapshotStatus
 from limits.versions.selectors import (
@@ -38,42 +40,33 @@ _PUBLIC_SUBJECTS = {"tier", "route"}
 _HEAVY = ("snapshot__content", "snapshot__content_gzip", "snapshot__diff")
 
 
-def _shown(change: dict) -> dict:
+def _shown(change: Change) -> dict:
     """A change as customers see it: words and classification, tiers but no tenants."""
     return {
-        "subject": change["subject"],
-        "kind": change["kind"],
-        "direction": change["direction"],
-        "lowers": change["lowers"],
-        "text": change["text"],
-        "tiers": change["affected"]["tiers"],
-        "anonymous": change["affected"]["anonymous"],
+        "subject": change.subject,
+        "kind": change.kind.value,
+        "direction": change.direction.value if change.direction else None,
+        "lowers": change.lowers,
+        "text": change.text,
+        "tiers": list(change.affected.tiers),
+        "anonymous": change.affected.anonymous,
     }
 
 
-def _is_public(change: dict) -> bool:
-    if change["subject"] in _PUBLIC_SUBJECTS:
+def _is_public(change: Change) -> bool:
+    if change.subject in _PUBLIC_SUBJECTS:
         return True
-    return change["subject"] == "policy" and not change["key"].startswith("tenant:")
+    return change.subject == "policy" and not change.key.startswith("tenant:")
 
 
-def public_changes(diff: dict) -> list[dict]:
-    """The changes of a stored diff that anyone may read."""
-    return [_shown(change) for change in diff["changes"] if _is_public(change)]
+def public_changes(diff: RulesDiff) -> list[dict]:
+    """The changes of ``diff`` that anyone may read, in the form customers get."""
+    return [_shown(change) for change in diff.changes if _is_public(change)]
 
 
-def _reaches(change: dict, tenant: str, tiers: set[str]) -> bool:
-    affected = change["affected"]
-    if tenant in affected["tenants"]:
-        return True
-    return bool(tiers & set(affected["tiers"])) and (
-        tenant not in affected["except_tenants"]
-    )
-
-
-def tenant_changes(diff: dict, *, tenant: str, tiers: set[str]) -> list[dict]:
-    """The changes of a stored diff that reach ``tenant``, on ``tiers`` before or after."""
-    return [_shown(c) for c in diff["changes"] if _reaches(c, tenant, tiers)]
+def tenant_changes(diff: RulesDiff, *, tenant: str, tiers: set[str]) -> list[dict]:
+    """The changes of ``diff`` that reach ``tenant``, on ``tiers`` before or after."""
+    return [_shown(c) for c in diff.changes if c.affected.reaches(tenant, tiers)]
 
 
 def tiers_of(snapshot: Snapshot) -> tuple[dict[str, str], dict[str, str]]:

@@ -28,6 +28,7 @@ from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryS
 from limits.core.audit import Actor, audit_record
 from limits.core.jobs import enqueue_on_commit
 from limits.core.roles import require_publisher
+from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Delivery, Snapshot, Tenant, WebhookEndpoint
 
 __all__ = [
@@ -46,16 +47,22 @@ _CHUNK = 500
 
 
 def announcement_create(
-    *, snapshot: Snapshot, note: str, emergency_reason: str, notice_days: int
+    *,
+    snapshot: Snapshot,
+    diff: RulesDiff,
+    note: str,
+    emergency_reason: str,
+    notice_days: int,
 ) -> Announcement:
-    """Store what is said about ``snapshot``; notify the tenants once it commits."""
+    """Store what is said about ``snapshot`` (whose ``diff`` against its parent is
+    given typed, as it was just built); notify the tenants once it commits."""
     announcement = Announcement.objects.create(
         snapshot=snapshot,
         note=note.strip(),
         emergency_reason=emergency_reason.strip(),
-        lowers=snapshot.diff["lowers"],
+        lowers=diff.lowers,
         notice_days=notice_days,
-        public_changes=public_changes(snapshot.diff),
+        public_changes=public_changes(diff),
     )
     enqueue_on_commit(NOTIFY_TASK, announcement.pk)
     return announcement
@@ -130,12 +137,12 @@ def _chunks(items: list[str]) -> Iterator[list[str]]:
 def _fan_out(announcement: Announcement, kind: DeliveryKind, lead: int) -> list[int]:
     """One delivery per affected tenant's active endpoint, one email per tenant
     with contacts; rows that exist already are kept. Return the sendable ones."""
-    diff = announcement.snapshot.diff
+    diff = RulesDiff.from_json(announcement.snapshot.diff)
     old, new = tiers_of(announcement.snapshot)
     endpoints = Prefetch(
         "webhook_endpoints", queryset=WebhookEndpoint.objects.filter(is_active=True)
     )
-    for slugs in _chunks(diff["affected"]["tenants"]):
+    for slugs in _chunks(list(diff.affected_tenants)):
         rows = []
         for tenant in Tenant.objects.filter(slug__in=slugs).prefetch_related(endpoints):
             tiers = {t for t in (old.get(tenant.slug), new.get(tenant.slug)) if t}

@@ -28,6 +28,7 @@ from limits.announcements.changelog import (
 from limits.announcements.webhooks import require_manager
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
+from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Tenant, TenantLink
 from limits.versions.explain import EffectiveLimit, effective_limits
 from limits.versions.selectors import snapshot_get_active
@@ -134,10 +135,11 @@ def tenant_overview(*, tenant: Tenant) -> TenantOverview:
     )
     for announcement in scheduled.order_by("snapshot__effective_at"):
         snapshot = announcement.snapshot
-        if tenant.slug not in snapshot.diff["affected"]["tenants"]:
+        diff = RulesDiff.from_json(snapshot.diff)
+        if tenant.slug not in diff.affected_tenants:
             continue
         old, new = tiers_of(snapshot)
         tiers = {t for t in (old.get(tenant.slug), new.get(tenant.slug)) if t}
-        changes = tenant_changes(snapshot.diff, tenant=tenant.slug, tiers=tiers)
+        changes = tenant_changes(diff, tenant=tenant.slug, tiers=tiers)
         upcoming.append(entry_of(announcement, version, changes))
     return TenantOverview(tenant, version, limits, upcoming)

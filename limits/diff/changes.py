@@ -75,6 +75,20 @@ class Change:
             "affected": self.affected.to_json(),
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> Change:
+        """The change back from its stored form (``to_json``)."""
+        return cls(
+            subject=data["subject"],
+            key=data["key"],
+            kind=ChangeKind(data["kind"]),
+            text=data["text"],
+            affected=Affected.from_json(data["affected"]),
+            fields=tuple(FieldChange.from_json(f) for f in data["fields"]),
+            limits=tuple(LimitChange.from_json(lim) for lim in data["limits"]),
+            direction=ChangeKind(data["direction"]) if data["direction"] else None,
+        )
+
 
 def tier_change(slug: str, was: str | None, now: str | None) -> Change:
     """A tier added, removed or renamed: names change no one's limits."""

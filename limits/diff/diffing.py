@@ -86,6 +86,21 @@ class RulesDiff:
             },
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> RulesDiff:
+        """The diff back from its stored form (``Snapshot.diff``), typed as it was built."""
+        affected = data["affected"]
+        return cls(
+            changes=tuple(Change.from_json(change) for change in data["changes"]),
+            affected_tiers=tuple(affected["tiers"]),
+            affected_tenants=tuple(affected["tenants"]),
+            anonymous=affected["anonymous"],
+        )
+
+    def lowered(self) -> list[str]:
+        """The words of every change that lowers someone's limits (what needs notice)."""
+        return [change.text for change in self.changes if change.lowers]
+
 
 def rules_diff(
     old: Rules | None, new: Rules, *, at: datetime | None = None

@@ -74,6 +74,21 @@ class Affected:
             "anonymous": self.anonymous,
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> Affected:
+        return cls(
+            tiers=tuple(data["tiers"]),
+            tenants=tuple(data["tenants"]),
+            except_tenants=tuple(data["except_tenants"]),
+            anonymous=data["anonymous"],
+        )
+
+    def reaches(self, tenant: str, tiers: Iterable[str]) -> bool:
+        """Whether ``tenant``, on ``tiers`` (before or after the change), is reached."""
+        if tenant in self.tenants:
+            return True
+        return bool(set(tiers) & set(self.tiers)) and tenant not in self.except_tenants
+
 
 def worst(kinds: Iterable[ChangeKind]) -> ChangeKind:
     """Lowered if any is lowered, else raised if any is raised, else changed."""

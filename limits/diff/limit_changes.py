@@ -11,6 +11,7 @@ from typing import Any
 
 from limits.diff.impact import bucket_kind, compare_caps
 from limits.diff.kinds import ChangeKind
+from sluice.parsing import parse_concurrency, parse_limit
 from sluice.snapshot import ConcurrencyLimit, Limit, Policy, describe_limit
 
 __all__ = ["FieldChange", "LimitChange", "cap_changes", "everything", "limit_changes"]
@@ -29,6 +30,10 @@ class FieldChange:
 
     def to_json(self) -> dict:
         return {"field": self.field, "before": self.before, "after": self.after}
+
+    @classmethod
+    def from_json(cls, data: dict) -> FieldChange:
+        return cls(data["field"], data["before"], data["after"])
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,20 @@ class LimitChange:
             "fields": [f.to_json() for f in self.fields],
             "text": self.text,
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> LimitChange:
+        """The change back from its stored form (``to_json``); ``text`` is told again
+        from the limits, in the same words."""
+        read = parse_concurrency if data["period"] is None else parse_limit
+        return cls(
+            dimension=data["dimension"],
+            period=data["period"],
+            kind=ChangeKind(data["kind"]),
+            before=read(data["before"]) if data["before"] else None,
+            after=read(data["after"]) if data["after"] else None,
+            fields=tuple(FieldChange.from_json(f) for f in data["fields"]),
+        )
 
 
 def limit_changes(

@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from limits.diff.diffing import RulesDiff
+
 __all__ = [
     "NoticePeriodTooShort",
     "NoticePreview",
-    "lowered_changes",
     "notice_check",
     "notice_days",
     "notice_preview",
@@ -28,11 +29,6 @@ __all__ = [
 
 def notice_days() -> int:
     return int(settings.SLUICE_NOTICE_PERIOD_DAYS)
-
-
-def lowered_changes(diff: dict) -> list[str]:
-    """The words of every change of a stored diff (``RulesDiff.to_json``) that lowers."""
-    return [change["text"] for change in diff["changes"] if change["lowers"]]
 
 
 class NoticePeriodTooShort(ValidationError):
@@ -67,15 +63,18 @@ class NoticePreview:
         return bool(self.lowered) and self.days > 0
 
 
-def notice_preview(*, diff: dict, published_at: datetime) -> NoticePreview:
+def notice_preview(*, diff: RulesDiff, published_at: datetime) -> NoticePreview:
+    """What the notice rule asks of ``diff`` if it is published at ``published_at``."""
     days = notice_days()
-    return NoticePreview(
-        lowered_changes(diff), published_at + timedelta(days=days), days
-    )
+    return NoticePreview(diff.lowered(), published_at + timedelta(days=days), days)
 
 
 def notice_check(
-    *, diff: dict, published_at: datetime, effective_at: datetime, emergency_reason: str
+    *,
+    diff: RulesDiff,
+    published_at: datetime,
+    effective_at: datetime,
+    emergency_reason: str,
 ) -> None:
     """Raise NoticePeriodTooShort unless the version may take effect at ``effective_at``."""
     preview = notice_preview(diff=diff, published_at=published_at)

@@ -120,12 +120,13 @@ def snapshot_store(
     unchanged = parent is not None and parent.rules_digest == rules.digest()
     if unchanged and not _doomed(effective).exists():  # superseding is a change
         raise NothingToPublish(parent.version)
+    diff = rules_diff(snapshot_rules(parent) if parent else None, rules, at=effective)
     row = _snapshot_row(
-        rules, parent, published_at, effective, message=_message(message)
+        rules, parent, published_at, effective, diff=diff, message=_message(message)
     )
     emergency_reason = emergency_reason.strip()
     notice_check(
-        diff=row.diff,
+        diff=diff,
         published_at=published_at,
         effective_at=effective,
         emergency_reason=emergency_reason,
@@ -137,6 +138,7 @@ def snapshot_store(
     superseded = _supersede(row, now)
     announced = announcement_create(
         snapshot=row,
+        diff=diff,
         note=note,
         emergency_reason=emergency_reason,
         notice_days=notice_days(),
@@ -233,7 +235,7 @@ def _parent(effective: datetime) -> models.Snapshot | None:
     )
 
 
-def _snapshot_row(rules, parent, published_at, effective, *, message):
+def _snapshot_row(rules, parent, published_at, effective, *, diff, message):
     latest = models.Snapshot.objects.aggregate(top=Max("version"))["top"] or 0
     document = snapshot.Snapshot.build(
         version=latest + 1,
@@ -243,7 +245,6 @@ def _snapshot_row(rules, parent, published_at, effective, *, message):
         rules=rules,
     )
     content = document.to_bytes()
-    parent_rules = snapshot_rules(parent) if parent else None
     return models.Snapshot(
         version=document.version,
         parent_version=document.parent,
@@ -254,7 +255,7 @@ def _snapshot_row(rules, parent, published_at, effective, *, message):
         message=message,
         published_at=published_at,
         effective_at=effective,
-        diff=rules_diff(parent_rules, rules, at=effective).to_json(),
+        diff=diff.to_json(),
     )
 
 

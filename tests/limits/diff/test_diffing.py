@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import timedelta
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from limits.diff.diffing import rules_diff
+from limits.diff.diffing import RulesDiff, rules_diff
 from limits.diff.kinds import ChangeKind
 from limits.publishing.services import snapshot_publish
 from limits.versions.selectors import ACTIVE, WORKING_COPY, snapshot_diff
@@ -314,6 +315,24 @@ def test_rules_diff__any_change__reaches_every_tenant_whose_resolution_changes(
                         assert diff.anonymous, (route, now)
                     else:
                         assert tenant in diff.affected_tenants, (tenant, route, now)
+
+
+@settings(max_examples=100, deadline=None)
+@given(base=rule_sets(), data=st.data())
+def test_rules_diff__stored_and_read_back__the_same_typed_diff(base, data):
+    # Given any diff between two valid rule sets (new, removed and edited policies,
+    # moved tenants, overrides)
+    old = _mutated(data.draw, base)
+    new = _mutated(data.draw, old)
+    assume(validate_rules(old) == validate_rules(new) == [])
+    diff = rules_diff(old, new, at=NOW)
+    # When it is stored as JSON (Snapshot.diff) and read back
+    stored = json.loads(json.dumps(diff.to_json()))
+    again = RulesDiff.from_json(stored)
+    # Then it is the diff that was built, field for field, and says the same words
+    assert again == diff
+    assert again.to_json() == diff.to_json()
+    assert again.lowered() == [c.text for c in diff.changes if c.lowers]
 
 
 def test_snapshot_diff__two_versions_and_working_copy__compared(rules, publisher):
