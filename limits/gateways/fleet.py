@@ -17,13 +17,12 @@ from django.conf import settings
 
 from limits.core.store import redis_client
 from limits.gateways.keys import FLEET_KEY
-from limits.gateways.reports import GatewayReport, report_json
+from limits.gateways.reports import GatewayReport
 from limits.gateways.window import poll_window_flush
 
 __all__ = [
     "FleetStatus",
     "GatewayState",
-    "fleet_record",
     "fleet_status",
 ]
 
@@ -50,11 +49,6 @@ class FleetStatus:
     active_version: int | None
     gateways: list[GatewayStatus]
     versions: dict[int | None, int]  #: version -> how many gateways run it
-
-
-def fleet_record(report: GatewayReport) -> None:
-    """Store ``report`` as the gateway's latest (polls do this inside their Lua script)."""
-    redis_client().hset(FLEET_KEY, report.gateway, report_json(report))
 
 
 def fleet_reports() -> list[GatewayReport]:

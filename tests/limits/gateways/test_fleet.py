@@ -2,10 +2,17 @@
 
 import pytest
 
-from limits.gateways.fleet import GatewayState, fleet_record, fleet_status
-from limits.gateways.reports import GatewayReport, parse_gateway_id
+from limits.core.store import redis_client
+from limits.gateways.fleet import GatewayState, fleet_status
+from limits.gateways.keys import FLEET_KEY
+from limits.gateways.reports import GatewayReport, parse_gateway_id, report_json
 
 NOW = 1_800_000_000.0
+
+
+def fleet_record(report: GatewayReport) -> None:
+    """Store ``report`` as a poll does (the poll's Lua script, or the window's flush)."""
+    redis_client().hset(FLEET_KEY, report.gateway, report_json(report))
 
 
 def _report(gateway, applied, seen_ago=1.0, rejected=None, reason=""):
