@@ -1,6 +1,5 @@
 """CRUD for tiers, tenants, routes, policies and limits; every write goes through limits.rules.services."""
 
-from django.db import transaction
 from django.db.models import Prefetch
 
 from api.filters import LimitFilter, PolicyFilter, RouteFilter, TenantFilter
@@ -11,7 +10,6 @@ from api.serializers.rules import (
     TenantSerializer,
     TierSerializer,
 )
-from limits.core.audit import StaleRevision
 from limits.models import Limit, Policy, Route, Tenant, Tier
 from limits.rules import services as rules
 
@@ -144,10 +142,8 @@ class LimitViewSet(ManagementViewSet):
     support_may_write = True
 
     def perform_create(self, serializer):
-        data = dict(serializer.validated_data)
-        policy = data.pop("policy")
-        limit = Limit(**data)
-        self._save_policy(policy, [*policy.limits.all(), limit])
+        limit = Limit(**serializer.validated_data)
+        rules.limit_save(limit=limit, actor=actor_from(self.request))
         serializer.instance = limit
 
     def perform_update(self, serializer):
@@ -155,29 +151,15 @@ class LimitViewSet(ManagementViewSet):
         data.pop("policy", None)  # a limit does not move between policies
         for name, value in data.items():
             setattr(limit, name, value)
-        others = [other for other in limit.policy.limits.all() if other.pk != limit.pk]
-        self._save_policy(
-            limit.policy,
-            [*others, limit],
-            expected=self.expected_revision(),
+        rules.limit_save(
             limit=limit,
+            actor=actor_from(self.request),
+            expected_revision=self.expected_revision(),
         )
 
     def perform_destroy(self, instance):
-        others = [
-            other for other in instance.policy.limits.all() if other.pk != instance.pk
-        ]
-        self._save_policy(
-            instance.policy, others, expected=self.expected_revision(), limit=instance
+        rules.limit_delete(
+            limit=instance,
+            actor=actor_from(self.request),
+            expected_revision=self.expected_revision(),
         )
-
-    @transaction.atomic
-    def _save_policy(self, policy, limits, expected=None, limit=None):
-        if expected is not None and limit is not None:
-            Policy.objects.select_for_update().get(
-                pk=policy.pk
-            )  # writers of limits lock it
-            current = Limit.objects.get(pk=limit.pk).revision
-            if current != expected:
-                raise StaleRevision(limit, current)
-        rules.policy_save(policy=policy, limits=limits, actor=actor_from(self.request))

@@ -17,13 +17,21 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from limits.choices import LimitKind, Role
-from limits.core.audit import Actor, audited_delete, audited_save, row_lock
+from limits.core.audit import (
+    Actor,
+    StaleRevision,
+    audited_delete,
+    audited_save,
+    row_lock,
+)
 from limits.core.roles import can_edit_policy, require_role, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
 from limits.rules.compiling import policy_to_snapshot
 from sluice.validation import policy_problems
 
 __all__ = [
+    "limit_delete",
+    "limit_save",
     "policy_save",
     "policy_validate",
     "rule_delete",
@@ -187,6 +195,37 @@ def policy_save(
 
     audited_save(policy, actor=actor, before=before, reason=policy.reason, write=write)
     return policy
+
+
+@transaction.atomic
+def limit_save(
+    *, limit: Limit, actor: Actor, expected_revision: int | None = None
+) -> Limit:
+    """Create or change one limit; its policy is saved with it, validated and audited
+    as a whole (a limit is only valid with the others of its policy)."""
+    others = _other_limits(limit, expected_revision)
+    policy_save(policy=limit.policy, limits=[*others, limit], actor=actor)
+    return limit
+
+
+@transaction.atomic
+def limit_delete(
+    *, limit: Limit, actor: Actor, expected_revision: int | None = None
+) -> None:
+    """Delete one limit; its policy is saved without it, validated and audited."""
+    others = _other_limits(limit, expected_revision)
+    policy_save(policy=limit.policy, limits=others, actor=actor)
+
+
+def _other_limits(limit: Limit, expected_revision: int | None) -> list[Limit]:
+    """The other limits of ``limit``'s policy, read with the policy locked (every writer
+    of a policy's limits locks it); StaleRevision if ``limit`` changed meanwhile."""
+    Policy.objects.select_for_update().get(pk=limit.policy_id)
+    if limit.pk is not None and expected_revision is not None:
+        current = Limit.objects.get(pk=limit.pk).revision
+        if current != expected_revision:
+            raise StaleRevision(limit, current)
+    return [other for other in limit.policy.limits.all() if other.pk != limit.pk]
 
 
 @transaction.atomic
