@@ -7,6 +7,7 @@ libraries it must live beside), then decides a request against a real Redis.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -112,6 +113,14 @@ asyncio.run(main())
 
 
 def _wheel(tmp_path: Path) -> Path:
+    """The client's wheel, built from a copy of ``client/`` (a build writes beside its
+    sources, and tests run in parallel)."""
+    source = tmp_path / "client"
+    shutil.copytree(
+        ROOT / "client",
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
     subprocess.run(
         [
             sys.executable,
@@ -122,7 +131,7 @@ def _wheel(tmp_path: Path) -> Path:
             "-q",
             "-w",
             tmp_path,
-            ROOT / "client",
+            source,
         ],
         check=True,
         capture_output=True,
