@@ -7,7 +7,7 @@ PORT ?= 8000
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
-.PHONY: install run test check lint format bench gateway traffic clean
+.PHONY: install setup run test check lint format bench gateway traffic clean
 
 $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# What the suite needs from the machine, when missing: the Debian packages of
+# .ci/apt-packages (Redis, PostgreSQL, Chromium), the machine's Postgres and Redis running.
+setup:
+	.ci/setup
 
 run: install
 	$(PY) manage.py preflight --create-database
@@ -40,7 +45,7 @@ check: install
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
 
-test: check
+test: setup check
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The demo gateway: sample backends behind the enforcement client. Its settings
