@@ -22,12 +22,14 @@ install: $(VENV)/.installed
 setup:
 	.ci/setup
 
+# Postgres and Redis are started too when nothing answers on DATABASE_URL, REDIS_URL or
+# CELERY_BROKER_URL (private ones under var/, see Procfile.dev); migrations and demo
+# data load once they answer.
 run: install
-	$(PY) manage.py preflight --create-database
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo --gateway-token-file var/demo-gateway.token
+	@mkdir -p var && rm -f var/demo.ready
 	@echo
-	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, light traffic."
+	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, light traffic,"
+	@echo "  and a private Postgres or Redis where nothing answers (web says when the demo is ready)."
 	@echo "  Admin           http://$(HOST):$(PORT)/admin/   (log in as admin / admin)"
 	@echo "  Changelog       http://$(HOST):$(PORT)/changelog/"
 	@echo "  Dashboard       http://$(HOST):$(PORT)/admin/limits/decisionminute/"
