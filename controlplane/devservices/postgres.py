@@ -23,6 +23,7 @@ from controlplane.preflight import postgres_unreachable
 
 #: How the lines that say why postgres stopped begin (after the log line prefix).
 SERVER_ERROR = r"\b(FATAL|PANIC|ERROR):"
+INITDB_ERROR = r"\berror:"
 #: Where Debian keeps the server binaries (initdb, postgres): off the PATH, one per version.
 POSTGRES_BIN_DIRS = Path("/usr/lib/postgresql")
 
@@ -118,7 +119,7 @@ class PrivatePostgres:
             initdb.stop()
             raise
         if status != 0:
-            raise StartFailed(self._failed(f"initdb: {initdb.reason()}"))
+            raise StartFailed(self._failed(f"initdb: {initdb.reason(INITDB_ERROR)}"))
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Return once the cluster accepts a session; StartFailed if it ends or time runs out."""
