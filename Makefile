@@ -7,7 +7,7 @@ PORT ?= 8000
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
-.PHONY: install run test check lint format bench gateway traffic clean
+.PHONY: install setup run test check lint format bench gateway traffic clean
 
 $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,19 @@ $(VENV)/.installed: pyproject.toml client/pyproject.toml
 
 install: $(VENV)/.installed
 
+# What the suite needs from the machine, when missing: the Debian packages of
+# .ci/apt-packages (Redis, PostgreSQL, Chromium), the machine's Postgres and Redis running.
+setup:
+	.ci/setup
+
+# Postgres and Redis are started too when nothing answers on DATABASE_URL, REDIS_URL or
+# CELERY_BROKER_URL (private ones under var/, see Procfile.dev); migrations and demo
+# data load once they answer.
 run: install
-	$(PY) manage.py preflight --create-database
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo --gateway-token-file var/demo-gateway.token
+	@mkdir -p var && rm -f var/demo.ready
 	@echo
-	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, light traffic."
+	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, light traffic,"
+	@echo "  and a private Postgres or Redis where nothing answers (web says when the demo is ready)."
 	@echo "  Admin           http://$(HOST):$(PORT)/admin/   (log in as admin / admin)"
 	@echo "  Changelog       http://$(HOST):$(PORT)/changelog/"
 	@echo "  Dashboard       http://$(HOST):$(PORT)/admin/limits/decisionminute/"
@@ -41,7 +48,7 @@ check: install
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
 
-test: check
+test: setup check
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The demo gateway: sample backends behind the enforcement client. Its settings

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -15,12 +17,16 @@ START_POSTGRES = (
 )
 START_REDIS = (
     "start it (redis-server --daemonize yes --port 6379 --save ''; "
-    "Docker: docker compose up -d redis) or set REDIS_URL"
+    "Docker: docker compose up -d redis) or set"
 )
 
 
 class ServiceUnavailable(Exception):
     """A backing service that cannot be reached; the message says which and what to do."""
+
+
+class DatabaseMissing(ServiceUnavailable):
+    """Postgres answers, but the database is not there (waiting will not bring it)."""
 
 
 def redact(url: str) -> str:
@@ -39,17 +45,29 @@ def explain_unavailable(exc: BaseException) -> str | None:
         if isinstance(seen, DjangoOperationalError | psycopg.OperationalError):
             return postgres_message(seen)
         if isinstance(seen, redis.ConnectionError | redis.TimeoutError):
-            return f"sluice: cannot reach Redis at {redact(settings.REDIS_URL)} ({_first_line(seen)}); {START_REDIS}."
+            return redis_unreachable(settings.REDIS_URL, _first_line(seen))
         seen = seen.__cause__ or seen.__context__
     return None
 
 
 def postgres_message(exc: BaseException) -> str:
-    url = redact(settings.DATABASE_URL)
     reason = _first_line(exc)
     if "does not exist" in reason:
+        url = redact(settings.DATABASE_URL)
         return f"sluice: {reason} at {url}; create it with: python manage.py preflight --create-database."
-    return f"sluice: cannot reach Postgres at {url} ({reason}); {START_POSTGRES}."
+    return postgres_unreachable(settings.DATABASE_URL, reason)
+
+
+def postgres_unreachable(url: str, reason: str) -> str:
+    """The one line for a Postgres at ``url`` that does not answer, and why."""
+    return (
+        f"sluice: cannot reach Postgres at {redact(url)} ({reason}); {START_POSTGRES}."
+    )
+
+
+def redis_unreachable(url: str, reason: str, *, setting: str = "REDIS_URL") -> str:
+    """The one line for a Redis at ``url`` (the value of ``setting``) that does not answer."""
+    return f"sluice: cannot reach Redis at {redact(url)} ({reason}); {START_REDIS} {setting}."
 
 
 def _first_line(exc: BaseException) -> str:
@@ -57,14 +75,14 @@ def _first_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def check_redis(url: str) -> None:
-    """Raise ServiceUnavailable unless Redis at ``url`` answers PING."""
+def check_redis(url: str, *, setting: str = "REDIS_URL") -> None:
+    """Raise ServiceUnavailable unless Redis at ``url`` (the value of ``setting``) answers PING."""
     client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
     try:
         client.ping()
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise ServiceUnavailable(
-            f"sluice: cannot reach Redis at {redact(url)} ({_first_line(exc)}); {START_REDIS}."
+            redis_unreachable(url, _first_line(exc), setting=setting)
         ) from None
     finally:
         client.close()
@@ -92,7 +110,7 @@ def check_postgres(*, create_database: bool) -> bool:
             if exists:
                 return False
             if not create_database:
-                raise ServiceUnavailable(
+                raise DatabaseMissing(
                     f"sluice: database {db['NAME']!r} does not exist at {redact(settings.DATABASE_URL)}; "
                     "create it with: python manage.py preflight --create-database."
                 )
@@ -100,3 +118,39 @@ def check_postgres(*, create_database: bool) -> bool:
             return True
     except psycopg.OperationalError as exc:
         raise ServiceUnavailable(postgres_message(exc)) from None
+
+
+def check_services(*, create_database: bool) -> bool:
+    """Raise ServiceUnavailable unless Postgres and both Redis URLs answer (see check_postgres).
+
+    Returns True when the database was created.
+    """
+    created = check_postgres(create_database=create_database)
+    check_redis(settings.REDIS_URL)
+    check_redis(settings.CELERY_BROKER_URL, setting="CELERY_BROKER_URL")
+    return created
+
+
+def wait_for_services(
+    *,
+    timeout: float,
+    create_database: bool,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """check_services, again every half second until it passes or ``timeout`` seconds pass.
+
+    For services that are still starting (``make run``'s private ones). Raises the last
+    ServiceUnavailable when time is up, and DatabaseMissing at once (waiting will not
+    create a database). Returns True when the database was created.
+    """
+    deadline = clock() + timeout
+    while True:
+        try:
+            return check_services(create_database=create_database)
+        except DatabaseMissing:
+            raise
+        except ServiceUnavailable:
+            if clock() >= deadline:
+                raise
+        sleep(0.5)

@@ -3,11 +3,13 @@
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port
+from tests.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_DB = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -60,3 +62,57 @@ def test_preflight__database_missing__says_how_to_create_it():
     assert result.returncode != 0
     assert "does not exist" in result.stderr
     assert "--create-database" in result.stderr
+
+
+def test_preflight_wait__redis_that_starts_late__answers_once_it_is_up():
+    # Given REDIS_URL and CELERY_BROKER_URL on a port where a Redis starts a second later
+    # (as make run's private one does)
+    server = RedisServer(port=free_port())
+    starter = threading.Timer(1.0, server.start)
+    starter.start()
+    try:
+        # When preflight waits up to 30 s
+        result = _manage(
+            "preflight",
+            "--wait",
+            "30",
+            DATABASE_URL=POSTGRES_DB,
+            REDIS_URL=server.url,
+            CELERY_BROKER_URL=f"redis://127.0.0.1:{server.port}/1",
+        )
+    finally:
+        starter.join()
+        server.cleanup()
+    # Then it succeeds once the server answers
+    assert result.returncode == 0, result.stderr
+    assert f"Redis {server.url} answer." in result.stdout
+
+
+def test_preflight_wait__broker_never_answers__one_line_naming_celery_broker_url():
+    # Given a broker URL where nothing listens (REDIS_URL fine)
+    url = f"redis://127.0.0.1:{free_port()}/1"
+    # When preflight waits a second for it
+    result = _manage(
+        "preflight", "--wait", "1", DATABASE_URL=POSTGRES_DB, CELERY_BROKER_URL=url
+    )
+    # Then, time up, one line naming the URL and the setting to change
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"cannot reach Redis at {url}" in result.stderr
+    assert result.stderr.strip().endswith("or set CELERY_BROKER_URL.")
+
+
+def test_preflight_wait__database_missing__fails_at_once():
+    # Given a Postgres that answers without the database
+    began = time.monotonic()
+    # When preflight may wait a minute but is not asked to create it
+    result = _manage(
+        "preflight",
+        "--wait",
+        "60",
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/sluice_does_not_exist",
+    )
+    # Then it does not wait: waiting would not bring the database
+    assert result.returncode != 0
+    assert "--create-database" in result.stderr
+    assert time.monotonic() - began < 30

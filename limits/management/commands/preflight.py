@@ -3,13 +3,11 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from controlplane.preflight import check_postgres, check_redis, redact
+from controlplane.preflight import redact, wait_for_services
 
 
 class Command(BaseCommand):
-    help = (
-        "Check that Postgres and Redis are reachable; optionally create the database."
-    )
+    help = "Check that Postgres and Redis (REDIS_URL, CELERY_BROKER_URL) are reachable; optionally create the database."
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -17,10 +15,16 @@ class Command(BaseCommand):
             action="store_true",
             help="Create the database if missing.",
         )
+        parser.add_argument(
+            "--wait",
+            type=float,
+            default=0,
+            metavar="SECONDS",
+            help="Keep trying this long while a service does not answer (one that is starting).",
+        )
 
-    def handle(self, *args, create_database: bool = False, **options):
-        created = check_postgres(create_database=create_database)
-        check_redis(settings.REDIS_URL)
+    def handle(self, *args, create_database: bool = False, wait: float = 0, **options):
+        created = wait_for_services(timeout=wait, create_database=create_database)
         if created:
             self.stdout.write(
                 f"Created database {settings.DATABASES['default']['NAME']}."
