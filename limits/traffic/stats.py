@@ -26,7 +26,7 @@ from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from limits.core.store import redis_client
@@ -126,8 +126,6 @@ def stats_apply(*, entries: list[tuple[str, dict]]) -> Rollup:
 
 def _ledger_claim(entry_ids: list[str]) -> set[str]:
     """Record the ids; return those recorded now (the others were counted before)."""
-    from django.db import connection
-
     table = StreamEntry._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
