@@ -12,7 +12,7 @@ TEST_WORKERS ?= 4
 $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e './client[hiredis,django]' -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e './client[hiredis,django,service]' -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
