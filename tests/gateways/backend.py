@@ -15,7 +15,7 @@ class Backend:
     """A threaded stdlib HTTP server on 127.0.0.1 that echoes requests as JSON."""
 
     def __init__(self, port: int = 0) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), _Echo)
+        self.server = _Server(("127.0.0.1", port), _Echo)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.served = 0
@@ -32,6 +32,11 @@ class Backend:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        """A gateway closing a kept-alive connection is no error worth a traceback."""
 
 
 class _Echo(BaseHTTPRequestHandler):

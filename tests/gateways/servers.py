@@ -189,3 +189,42 @@ def envoy(workdir: Path, *, port: int, backend: int, grpc: int) -> Process:
     command = [binary("envoy"), "-c", str(config), "--log-level", "warning"]
     command += ["--base-id", str(port), "--concurrency", "1"]
     return Process(command, port)
+
+
+def nginx(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+    prefix = workdir / f"nginx-{port}"
+    (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+    config = render(
+        DOCS / "nginx.conf",
+        prefix / "nginx.conf",
+        {"nginx": port, "backend": backend, "http": http},
+    )
+    command = [binary("nginx"), "-p", str(prefix), "-e", "stderr", "-c", str(config)]
+    return Process(command, port)
+
+
+def haproxy(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+    config = render(
+        DOCS / "haproxy.cfg",
+        workdir / f"haproxy-{port}.cfg",
+        {"haproxy": port, "backend": backend, "http": http},
+    )
+    # lua-load names sluice.lua relative to the working directory: run from docs/gateways.
+    return Process([binary("haproxy"), "-db", "-f", str(config)], port, cwd=DOCS)
+
+
+def traefik(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+    config = render(
+        DOCS / "traefik.yaml",
+        workdir / f"traefik-{port}.yaml",
+        {"backend": backend, "http": http},
+    )
+    command = [
+        binary("traefik"),
+        f"--entryPoints.web.address=127.0.0.1:{port}",
+        f"--providers.file.filename={config}",
+        "--log.level=ERROR",
+        "--global.checkNewVersion=false",
+        "--global.sendAnonymousUsage=false",
+    ]
+    return Process(command, port, cwd=workdir)
