@@ -116,6 +116,7 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
             tmp_path,
             gateway_id=f"{name}-test",
         ).start()
+        service.wait_version(served.version)
         started.append(service)
         port, gateway = start_gateway(
             name, tmp_path, backend=backend.port, service=service

@@ -8,6 +8,7 @@ Debian) is started on the copy in its own process group.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,6 +168,24 @@ class DecisionService:
         self.process = Process(self.command(), self.http_port, cwd=self.workdir)
         self.process.start()
         wait_port(self.grpc_port, self.process.process, self.process.log)
+        return self
+
+    def version(self) -> int | None:
+        """The snapshot version the service enforces (its /healthz), None if it does not answer."""
+        url = f"http://127.0.0.1:{self.http_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return json.loads(response.read())["version"]
+        except OSError:
+            return None
+
+    def wait_version(self, version: int, timeout: float = 20.0) -> DecisionService:
+        """Wait until the service enforces ``version`` (it polls in the background)."""
+        deadline = time.monotonic() + timeout
+        while self.version() != version:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no version {version}:\n{self.output()[-3000:]}")
+            time.sleep(0.05)
         return self
 
     def stop(self) -> None:
