@@ -22,12 +22,13 @@ run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo --gateway-token-file var/demo-gateway.token
 	@echo
-	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, light traffic."
+	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, Envoy, light traffic."
 	@echo "  Admin           http://$(HOST):$(PORT)/admin/   (log in as admin / admin)"
 	@echo "  Changelog       http://$(HOST):$(PORT)/changelog/"
 	@echo "  Dashboard       http://$(HOST):$(PORT)/admin/limits/decisionminute/"
 	@echo "  API docs        http://$(HOST):$(PORT)/api/docs/"
 	@echo "  Demo gateway    http://127.0.0.1:8080/v1/search   (curl -H 'X-Tenant: initech' ...)"
+	@echo "  Envoy gateway   http://127.0.0.1:10000/v1/search  (the same backends, through Sluice's decision service)"
 	@echo "  Ctrl-C stops everything."
 	@echo
 	SLUICE_HOST=$(HOST) SLUICE_PORT=$(PORT) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \

@@ -56,7 +56,7 @@ def test_envoy__override_published__enforced_within_the_poll_interval_and_seen(
     envoy_on_control_plane, rules, product_user
 ):
     # Given Envoy enforcing version 1: initech (free) gets 5 / s, burst 10, on all routes
-    port, service = envoy_on_control_plane
+    port, _service = envoy_on_control_plane
     first = [call(port, "/v1/search", tenant="initech") for _ in range(30)]
     assert first[0].headers["ratelimit-policy"] == '"tenant-s";q=10;w=2'
     assert 10 <= sum(a.status == 200 for a in first) < 30
