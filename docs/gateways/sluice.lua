@@ -16,9 +16,15 @@ local timeout = tonumber(os.getenv("SLUICE_DECIDE_TIMEOUT") or "250")
 
 -- Headers of the client's request the service reads (identity: the demo's).
 local identity = { "x-tenant", "x-user", "x-api-key" }
--- Headers of an admitted answer kept for the response.
-local kept = { "ratelimit", "ratelimit-policy", "x-ratelimit-limit",
-               "x-ratelimit-remaining", "x-ratelimit-reset", "sluice-release" }
+-- Headers of an admitted answer kept for the response, and their variables.
+local kept = {
+  ["ratelimit"] = "txn.sluice_ratelimit",
+  ["ratelimit-policy"] = "txn.sluice_ratelimit_policy",
+  ["x-ratelimit-limit"] = "txn.sluice_x_ratelimit_limit",
+  ["x-ratelimit-remaining"] = "txn.sluice_x_ratelimit_remaining",
+  ["x-ratelimit-reset"] = "txn.sluice_x_ratelimit_reset",
+  ["sluice-release"] = "txn.sluice_release",
+}
 -- Headers of a rejection not copied to the client (HAProxy sets its own).
 local hop = { ["content-length"] = true, ["connection"] = true,
               ["transfer-encoding"] = true, ["date"] = true }
@@ -66,9 +72,9 @@ core.register_action("sluice_decide", { "http-req" }, function(txn)
   local answer = ask(txn)
   if answer == nil then return unreachable(txn) end
   if answer.status >= 200 and answer.status < 300 then
-    for _, name in ipairs(kept) do
+    for name, var in pairs(kept) do
       local value = first(answer.headers[name])
-      if value ~= nil then txn:set_var("txn.sluice_" .. name:gsub("-", "_"), value) end
+      if value ~= nil then txn:set_var(var, value) end
     end
     return
   end
@@ -87,7 +93,7 @@ core.register_action("sluice_decide", { "http-req" }, function(txn)
 end)
 
 core.register_action("sluice_release", { "http-res" }, function(txn)
-  local token = txn:get_var("txn.sluice_sluice_release")
+  local token = txn:get_var("txn.sluice_release")
   if token == nil then return end
   local client = core.httpclient()
   pcall(client.post, client, { url = release_url, headers = { ["sluice-release"] = { token } }, timeout = timeout })

@@ -155,3 +155,65 @@ def hammer(ports: list[int], *, seconds: float) -> tuple[int, float]:
     for thread in threads:
         thread.join(30)
     return sum(counts), max(last) - start
+
+
+def test_haproxy__concurrency_limit__slot_released_when_the_response_starts(stack_of):
+    # Given orders.create with at most one request in flight per tenant
+    from tests.client.factories import (
+        ROUTES,
+        concurrent,
+        limit,
+        policy,
+        rules,
+        snapshot,
+    )
+
+    capped = snapshot(
+        rules(
+            policy(
+                "default",
+                "orders.create",
+                limit("tenant", 100, 1, 100),
+                concurrency=(concurrent("tenant", 1),),
+            ),
+            routes=ROUTES,
+        )
+    )
+    stack = stack_of("haproxy", capped)
+    # When one tenant places five orders, one after the other
+    statuses = [
+        stack.get("/v1/orders", tenant="acme", method="POST").status for _ in range(5)
+    ]
+    # Then each is served: sluice.lua gives the slot back as each response starts
+    assert statuses == [200] * 5
+
+
+def test_envoy__concurrency_limit__slot_held_until_its_timeout(stack_of):
+    # Given the same cap behind Envoy, which does not report the end of a request
+    from tests.client.factories import (
+        ROUTES,
+        concurrent,
+        limit,
+        policy,
+        rules,
+        snapshot,
+    )
+
+    capped = snapshot(
+        rules(
+            policy(
+                "default",
+                "orders.create",
+                limit("tenant", 100, 1, 100),
+                concurrency=(concurrent("tenant", 1),),
+            ),
+            routes=ROUTES,
+        )
+    )
+    stack = stack_of("envoy", capped)
+    # When one tenant places two orders, one after the other
+    first = stack.get("/v1/orders", tenant="acme", method="POST")
+    second = stack.get("/v1/orders", tenant="acme", method="POST")
+    # Then the second waits for the first slot's timeout (docs/gateways/README.md)
+    assert (first.status, second.status) == (200, 429)
+    assert second.json()["error"] == "too_many_concurrent_requests"
