@@ -256,8 +256,7 @@ def upstream_envoy(workdir: Path) -> servers.Process:
         str(path),
         "--log-level",
         "error",
-        "--base-id",
-        str(port),
+        "--disable-hot-restart",
         "--concurrency",
         "1",
     ]
@@ -381,7 +380,7 @@ def main() -> None:
             "--log-level",
             "warning",
         ]
-        command += ["--base-id", str(bare_port), "--concurrency", "1"]
+        command += ["--disable-hot-restart", "--concurrency", "1"]
         bare = servers.Process(command, bare_port)
         started += [filtered.start(), bare.start()]
         asyncio.run(

@@ -207,7 +207,7 @@ def envoy(workdir: Path, *, port: int, backend: int, grpc: int) -> Process:
         {"envoy": port, "backend": backend, "grpc": grpc, "envoy_admin": free_port()},
     )
     command = [binary("envoy"), "-c", str(config), "--log-level", "warning"]
-    command += ["--base-id", str(port), "--concurrency", "1"]
+    command += ["--disable-hot-restart", "--concurrency", "1"]
     return Process(command, port)
 
 

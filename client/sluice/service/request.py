@@ -35,6 +35,7 @@ __all__ = [
     "Request",
     "from_descriptors",
     "from_headers",
+    "headers_of",
     "parse_mapping",
 ]
 
