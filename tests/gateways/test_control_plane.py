@@ -1,4 +1,4 @@
-"""Envoy and the decision service against the real control plane: publish, fleet, dashboards.
+"""Each gateway and its decision service against the real control plane: publish, fleet, dashboards.
 
 The control plane is Django's live server on the test database; the decision
 service polls it like any gateway, under its own gateway id.
@@ -20,45 +20,44 @@ from limits.tokens import token_create
 from tests.celery_fixtures import wait_until
 from tests.factories import PolicyFactory
 from tests.gateways import servers
-from tests.gateways.conftest import call, start_gateway
+from tests.gateways.conftest import GATEWAYS, Answer, call, start_gateway
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 POLL = 1.0  #: the decision service's poll interval, seconds (± 20 % jitter)
 
 
-@pytest.fixture
-def envoy_on_control_plane(
-    live_server, rules, redis_server, redis_client, backend, tmp_path, settings
+@pytest.fixture(params=GATEWAYS)
+def on_control_plane(
+    request, live_server, rules, redis_server, redis_client, backend, tmp_path, settings
 ):
-    """Version 1 published; Envoy in front of a decision service polling the live server."""
+    """Version 1 published; a gateway in front of a decision service polling the live server."""
+    name = request.param
     settings.SLUICE_POLL_WINDOW_MS = 0  # fleet reports written at once
     snapshot_publish(actor=Actor.system(), message="v1")
-    secret = token_create(token=GatewayToken(name="envoy-e2e"), actor=Actor.system())
+    secret = token_create(token=GatewayToken(name=f"{name}-e2e"), actor=Actor.system())
     service = servers.DecisionService(
         live_server.url,
         secret,
         redis_server.url,  # the buckets, and the control plane's REDIS_URL (events)
         tmp_path,
-        gateway_id="envoy-e2e",
+        gateway_id=f"{name}-e2e",
         poll_interval=POLL,
     ).start()
     service.wait_version(1)
-    port, envoy = start_gateway(
-        "envoy", tmp_path, backend=backend.port, service=service
-    )
-    yield port, service
-    envoy.stop()
+    port, gateway = start_gateway(name, tmp_path, backend=backend.port, service=service)
+    yield name, port
+    gateway.stop()
     service.stop()
 
 
-def test_envoy__override_published__enforced_within_the_poll_interval_and_seen(
-    envoy_on_control_plane, rules, product_user
+def test_gateway__override_published__enforced_within_the_poll_interval_and_seen(
+    on_control_plane, rules, product_user
 ):
-    # Given Envoy enforcing version 1: initech (free) gets 5 / s, burst 10, on all routes
-    port, _service = envoy_on_control_plane
+    # Given a gateway enforcing version 1: initech (free) gets 5 / s, burst 10, on all routes
+    name, port = on_control_plane
     first = [call(port, "/v1/search", tenant="initech") for _ in range(30)]
-    assert first[0].headers["ratelimit-policy"] == '"tenant-s";q=10;w=2'
+    assert _policy(name, first[0]) == '"tenant-s";q=10;w=2'
     assert 10 <= sum(a.status == 200 for a in first) < 30
     assert first[-1].status == 429
     # When support grants initech an override on search (50 / s, burst 100) and publishes
@@ -71,14 +70,14 @@ def test_envoy__override_published__enforced_within_the_poll_interval_and_seen(
     )
     snapshot_publish(actor=Actor.system(), message="initech launch week")
     published = time.monotonic()
-    # Then within the poll interval (+ jitter and a round trip) Envoy enforces it
+    # Then within the poll interval (+ jitter and a round trip) the gateway enforces it
     switched = wait_until(
-        lambda: _on_new_policy(port), timeout=15, every=0.05, why="the override"
+        lambda: _on_new_policy(name, port), timeout=15, every=0.05, why="the override"
     )
     took = time.monotonic() - published
-    print(f"override published -> enforced through Envoy in {took:.2f} s")
+    print(f"override published -> enforced through {name} in {took:.2f} s")
     assert took <= POLL * 1.2 + 1.0
-    assert switched.headers["ratelimit-policy"] == '"tenant-s";q=100;w=2'
+    assert _policy(name, switched) == '"tenant-s";q=100;w=2'
     burst = [call(port, "/v1/search", tenant="initech").status for _ in range(20)]
     assert burst == [200] * 20  # more than the old burst of 10
     # and the fleet shows the decision service on version 2, in sync
@@ -88,20 +87,26 @@ def test_envoy__override_published__enforced_within_the_poll_interval_and_seen(
         lambda: [
             g
             for g in people.get("/api/v1/fleet").json()["gateways"]
-            if g["gateway"] == "envoy-e2e" and g["applied"] == 2
+            if g["gateway"] == f"{name}-e2e" and g["applied"] == 2
         ],
         timeout=10,
         why="the fleet report",
     )
     assert fleet[0]["state"] == "in sync"
-    # and Envoy's decisions reach the dashboards' counts, rejections included
+    # and the gateway's decisions reach the dashboards' counts, rejections included
     wait_until(lambda: _counted("limited") >= 1, timeout=15, why="rejections")
     wait_until(lambda: _counted("allowed") >= 31, timeout=15, why="admissions")
 
 
-def _on_new_policy(port: int):
+def _policy(name: str, answer: Answer) -> str:
+    """The RateLimit-Policy of an admitted answer (Traefik: as the upstream received it)."""
+    fields = answer.json()["headers"] if name == "traefik" else answer.headers
+    return fields.get("ratelimit-policy", "")
+
+
+def _on_new_policy(name: str, port: int) -> Answer | None:
     answer = call(port, "/v1/search", tenant="initech")
-    if answer.status == 200 and "q=100" in answer.headers.get("ratelimit-policy", ""):
+    if answer.status == 200 and "q=100" in _policy(name, answer):
         return answer
     return None
 
