@@ -18,9 +18,10 @@ limiter, and answered (``docs/gateways/envoy.md``):
   fields (and ``X-RateLimit-*``), plus ``Retry-After`` and ``Content-Type``
   on a rejection, whose ``raw_body`` is the problem+json body.
 
-A request the service cannot decide (a bug, not bad input: bad input is
-decided, see :mod:`.request`) gets gRPC ``UNAVAILABLE``, so Envoy applies its
-``failure_mode_deny``, as when the service is down.
+Bad input is decided (:mod:`.request`); a message that is not a
+``RateLimitRequest`` at all is decided as an empty one (:func:`parse_request`).
+A request the service cannot decide (a bug) gets gRPC ``UNAVAILABLE``, so
+Envoy applies its ``failure_mode_deny``, as when the service is down.
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 
 from sluice.decision import Decision, LimitStatus, Outcome
 from sluice.quota import ConcurrencyLimit, Dimension
 
 from .decider import Decider
-from .request import DescriptorKeys, from_descriptors
+from .request import DescriptorKeys, bad_input, from_descriptors
 
-__all__ = ["RateLimitService", "add_to_server", "closest_unit"]
+__all__ = ["RateLimitService", "add_to_server", "closest_unit", "parse_request"]
 
 logger = logging.getLogger("sluice.service")
 
@@ -161,6 +163,31 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
         return min(named, key=lambda s: (s.fits, s.remaining, -s.retry_after))
 
 
+def parse_request(raw: bytes) -> Any:
+    """A ``RateLimitRequest`` from the wire; an empty one (and a log line) when unreadable.
+
+    An empty request is decided like any other: anonymous, no route, so the
+    all-routes policies' shared buckets apply; the gateway gets an answer.
+    """
+    try:
+        return rls_pb2.RateLimitRequest.FromString(raw)
+    except DecodeError as exc:
+        bad_input("malformed_request", f"{len(raw)} bytes: {exc}"[:200])
+        return rls_pb2.RateLimitRequest()
+
+
 def add_to_server(server: grpc.aio.Server, service: RateLimitService) -> None:
-    """Register ``service`` on a ``grpc.aio`` server."""
-    rls_pb2_grpc.add_RateLimitServiceServicer_to_server(service, server)
+    """Register ``service`` on a ``grpc.aio`` server (requests read by :func:`parse_request`)."""
+    handler = grpc.unary_unary_rpc_method_handler(
+        service.ShouldRateLimit,
+        request_deserializer=parse_request,
+        response_serializer=_Response.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "envoy.service.ratelimit.v3.RateLimitService",
+                {"ShouldRateLimit": handler},
+            ),
+        )
+    )
