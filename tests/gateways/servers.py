@@ -104,6 +104,7 @@ class Process:
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the process group; the log goes too, unless the process is only killed."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, sig)
             try:
@@ -112,13 +113,15 @@ class Process:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)
         self.process = None
+        if sig == signal.SIGTERM:
+            self.log.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
         self.stop(signal.SIGKILL)
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 @dataclass
