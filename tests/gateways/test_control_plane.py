@@ -12,11 +12,11 @@ import pytest
 from django.db.models import Sum
 from rest_framework.test import APIClient
 
-from limits.audit import Actor
+from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
 from limits.models import DecisionMinute, GatewayToken
-from limits.publishing import snapshot_publish
-from limits.stats import decision_stream_aggregate
-from limits.tokens import token_create
+from limits.publishing.services import snapshot_publish
+from limits.traffic.stats import decision_stream_aggregate
 from tests.celery_fixtures import wait_until
 from tests.factories import PolicyFactory
 from tests.gateways import servers
