@@ -12,7 +12,7 @@ TEST_WORKERS ?= 4
 $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e './client[hiredis,django]' -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e './client[hiredis,django,service]' -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -28,13 +28,14 @@ setup:
 run: install
 	@mkdir -p var && rm -f var/demo.ready
 	@echo
-	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, light traffic,"
-	@echo "  and a private Postgres or Redis where nothing answers (web says when the demo is ready)."
+	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, Envoy, light"
+	@echo "  traffic, and a private Postgres or Redis where nothing answers (web says when the demo is ready)."
 	@echo "  Admin           http://$(HOST):$(PORT)/admin/   (log in as admin / admin)"
 	@echo "  Changelog       http://$(HOST):$(PORT)/changelog/"
 	@echo "  Dashboard       http://$(HOST):$(PORT)/admin/limits/decisionminute/"
 	@echo "  API docs        http://$(HOST):$(PORT)/api/docs/"
 	@echo "  Demo gateway    http://127.0.0.1:8080/v1/search   (curl -H 'X-Tenant: initech' ...)"
+	@echo "  Envoy gateway   http://127.0.0.1:10000/v1/search  (the same backends, through Sluice's decision service)"
 	@echo "  Ctrl-C stops everything."
 	@echo
 	SLUICE_HOST=$(HOST) SLUICE_PORT=$(PORT) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \

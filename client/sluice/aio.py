@@ -14,7 +14,7 @@ import redis.asyncio
 
 from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
-from .decision import Decision
+from .decision import Decision, Held
 from .engine import Engine, Prepared
 from .failure import CircuitBreaker
 from .hot import HotCall
@@ -54,9 +54,12 @@ class AsyncLimiter(LimiterCore):
         user: str | None = None,
         api_key: str | None = None,
         ip: str | None = None,
+        cost: int | None = None,
     ) -> Decision:
         """Decide one request; see :meth:`.limiter.Limiter.decide`."""
-        engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
+        engine, prepared = self.prepare(
+            route, method, path, tenant, user, api_key, ip, cost
+        )
         return self.record(tenant, await self._decide(engine, prepared))
 
     async def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
@@ -95,9 +98,11 @@ class AsyncLimiter(LimiterCore):
 
     async def release(self, decision: Decision) -> None:
         """Give back the slots ``decision`` holds; see :meth:`.limiter.Limiter.release`."""
-        held = decision.held
-        if held is None:
-            return
+        if decision.held is not None:
+            await self.release_held(decision.held)
+
+    async def release_held(self, held: Held) -> None:
+        """Give back the slots ``held`` (a decision's ``held``, e.g. kept by a gateway)."""
         if held.local:
             self.slots.release(held.keys)
             return

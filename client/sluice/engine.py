@@ -91,12 +91,20 @@ class Engine:
         api_key: str | None,
         ip: str | None,
         now: float,
+        cost: int | None = None,
     ) -> Prepared:
-        """Resolve the request's policy at ``now`` (epoch seconds) and build its keys."""
+        """Resolve the request's policy at ``now`` (epoch seconds) and build its keys.
+
+        ``cost`` replaces the route's cost when given (a limit's own cost still wins).
+        """
         if route is None and method is not None and path is not None:
             matched = self.resolver.match_route(method, path)
             route = matched.slug if matched else None
-        plan, slug, mode, cost = self._resolved(tenant, route, now)
+        plan, slug, mode, route_cost = self._resolved(tenant, route, now)
+        if cost is None or cost == route_cost:
+            cost = route_cost
+        else:
+            plan = self.plan(plan.policy, cost)
         owner = owner_tag(tenant, ip, plan.counts_tenant)
         keys = [
             p.template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))

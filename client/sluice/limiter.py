@@ -23,7 +23,7 @@ import redis.asyncio
 from .bucket import STORE_ERRORS, TokenBucket, connect
 from .bundle import Bundle, SnapshotProvider, StaticSource
 from .concurrency import LocalSlots, RequestIds
-from .decision import Decision
+from .decision import Decision, Held
 from .engine import Engine, Prepared
 from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
 from .hot import HotCall, hot_abort, hot_begin, hot_finish
@@ -193,6 +193,7 @@ class LimiterCore:
         user: str | None,
         api_key: str | None,
         ip: str | None,
+        cost: int | None = None,
     ) -> tuple[Engine, Prepared]:
         engine = self.engine()
         prepared = engine.prepare(
@@ -204,6 +205,7 @@ class LimiterCore:
             api_key=api_key,
             ip=ip,
             now=self._wall(),
+            cost=cost,
         )
         return engine, prepared
 
@@ -284,15 +286,19 @@ class Limiter(LimiterCore):
         user: str | None = None,
         api_key: str | None = None,
         ip: str | None = None,
+        cost: int | None = None,
     ) -> Decision:
         """Decide one request, by ``route`` slug or by ``method`` and ``path``.
 
-        Charges every limit of the winning policy or none. Never raises for a
-        Redis failure: the route's failure mode decides instead. A decision
-        whose ``held`` is set holds concurrency slots: pass it to
-        :meth:`release` when the response ends.
+        Charges every limit of the winning policy or none. ``cost`` (tokens)
+        replaces the route's cost when given; a limit's own cost still wins.
+        Never raises for a Redis failure: the route's failure mode decides
+        instead. A decision whose ``held`` is set holds concurrency slots:
+        pass it to :meth:`release` when the response ends.
         """
-        engine, prepared = self.prepare(route, method, path, tenant, user, api_key, ip)
+        engine, prepared = self.prepare(
+            route, method, path, tenant, user, api_key, ip, cost
+        )
         return self.record(tenant, self._decide(engine, prepared))
 
     def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
@@ -335,9 +341,11 @@ class Limiter(LimiterCore):
         Call it once per decision (the middlewares do). Never raises for a
         Redis failure: the slots then expire after their timeout.
         """
-        held = decision.held
-        if held is None:
-            return
+        if decision.held is not None:
+            self.release_held(decision.held)
+
+    def release_held(self, held: Held) -> None:
+        """Give back the slots ``held`` (a decision's ``held``, e.g. kept by a gateway)."""
         if held.local:
             self.slots.release(held.keys)
             return

@@ -1,0 +1,146 @@
+"""The forward-auth face of the decision service: an ASGI application.
+
+nginx (``auth_request``), Traefik (``forwardAuth``) and HAProxy (a Lua action)
+ask ``/v1/decide`` before they proxy a request; the request's method, path,
+tenant, user and API key come from headers (:class:`~.request.HeaderNames`),
+its address from the peer or, behind trusted proxies, ``X-Forwarded-For``.
+
+==========================  ==================================================
+answer                      when
+==========================  ==================================================
+200, RateLimit fields       admitted (the gateway copies the fields it can)
+429 / 503, problem+json     rejected, or the route fails closed while Redis is down:
+                            ``Retry-After``, RateLimit fields, the body the
+                            Python middlewares send (Traefik passes it through)
+``Sluice-Reject-Status``    a gateway that only understands some statuses
+(401 or 403) in the ask     (nginx's ``auth_request``) gets that status instead,
+                            with the real one in ``Sluice-Status`` and the body,
+                            one line of JSON, in ``Sluice-Problem``
+``Sluice-Release`` header   on an admitted answer that holds concurrency slots:
+                            ``POST /v1/release`` with it frees them
+==========================  ==================================================
+
+``GET /healthz`` answers 200 and the snapshot version in force. Any other
+path is a 404; a request that cannot be read is decided with what can be.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from sluice.identity import TrustedProxies
+
+from .decider import Decider, release_token
+from .request import HeaderNames, bad_input, from_headers, headers_of
+
+__all__ = ["DECIDE_PATH", "RELEASE_PATH", "DecisionApp"]
+
+logger = logging.getLogger("sluice.service")
+
+DECIDE_PATH = "/v1/decide"
+RELEASE_PATH = "/v1/release"
+REJECT_STATUS = "sluice-reject-status"
+RELEASE = "Sluice-Release"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class DecisionApp:
+    """ASGI app: ``/v1/decide``, ``/v1/release``, ``/healthz`` over a :class:`~.decider.Decider`."""
+
+    def __init__(
+        self,
+        decider: Decider,
+        *,
+        names: HeaderNames | None = None,
+        trusted_proxies: Iterable[str] = (),
+    ) -> None:
+        self.decider = decider
+        self.names = names or HeaderNames()
+        self.trusted = TrustedProxies(trusted_proxies)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await _lifespan(receive, send)
+        if scope["type"] != "http":
+            return None
+        path = scope.get("path", "")
+        try:
+            if path == DECIDE_PATH:
+                return await self.decide(scope, send)
+            if path == RELEASE_PATH and scope.get("method") == "POST":
+                return await self.release(scope, send)
+            if path == "/healthz":
+                version = self.decider.limiter.source.current().version
+                body = json.dumps({"status": "ok", "version": version}).encode()
+                return await _send(
+                    send, 200, [("Content-Type", "application/json")], body
+                )
+        except Exception:  # a bug costs this answer, never the server
+            logger.exception("service.http_failed: %s", path)
+            return await _send(send, 500, [], b"")
+        return await _send(send, 404, [], b"")
+
+    async def decide(self, scope: Scope, send: Send) -> None:
+        """Decide the request the headers describe, and answer for the gateway."""
+        headers = headers_of(scope.get("headers") or ())
+        peer = scope.get("client")
+        asked = from_headers(
+            lambda name: headers.get(name.lower()),
+            peer=peer[0] if peer else None,
+            names=self.names,
+            trusted=self.trusted,
+        )
+        decision = await self.decider.decide(asked)
+        response = self.decider.answer(decision)
+        status, extra = response.status, list(response.headers)
+        if decision.held is not None:
+            extra.append((RELEASE, release_token(decision.held)))
+        substitute = _substitute(headers.get(REJECT_STATUS))
+        if status != 200 and substitute:
+            extra += [
+                ("Sluice-Status", str(status)),
+                ("Sluice-Problem", response.body.decode()),
+            ]
+            status = substitute
+        await _send(send, status, extra, response.body if status != 200 else b"")
+
+    async def release(self, scope: Scope, send: Send) -> None:
+        """Free the concurrency slots of the request's ``Sluice-Release`` token."""
+        headers = headers_of(scope.get("headers") or ())
+        freed = await self.decider.release(headers.get(RELEASE.lower(), ""))
+        await _send(send, 204 if freed else 400, [], b"")
+
+
+def _substitute(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.strip() in ("401", "403"):
+        return int(value)
+    bad_input("bad_reject_status", f"{value!r:.20}: only 401 or 403; ignored")
+    return None
+
+
+async def _send(
+    send: Send, status: int, headers: list[tuple[str, str]], body: bytes
+) -> None:
+    raw = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+    raw.append((b"content-length", b"%d" % len(body)))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

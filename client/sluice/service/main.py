@@ -1,0 +1,220 @@
+"""``sluice-decide``: the decision service, one process, both protocols.
+
+::
+
+    sluice-decide --control-plane http://cp:8000 --token-file /run/secrets/gw \\
+        --redis redis://redis:6379/0 --gateway-id envoy-eu-1
+
+It polls the control plane exactly as an embedded client does
+(:class:`~sluice.source.SnapshotSource`: ETag, jitter, the last good bundle on
+disk, the fleet report under ``--gateway-id``), decides with
+:class:`~sluice.aio.AsyncLimiter`, writes decision events to the control
+plane's stream, and serves Envoy's RLS over gRPC (``--grpc``) and forward-auth
+over HTTP (``--http``, uvicorn) on one asyncio loop. ``docs/gateways/``
+has the options, the mappings and each gateway's configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluice import protocol
+from sluice.aio import AsyncLimiter
+from sluice.bucket import connect, connect_async
+from sluice.metrics import DecisionEvents
+from sluice.source import SnapshotSource
+
+from .decider import Decider
+from .http import DecisionApp
+from .request import DescriptorKeys, HeaderNames, parse_mapping
+
+if TYPE_CHECKING:
+    import grpc
+
+__all__ = ["Service", "build", "main", "parse_args"]
+
+logger = logging.getLogger("sluice.service")
+
+_LIST_HEADERS = ("method", "path")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line of ``sluice-decide`` (see ``docs/gateways/README.md``)."""
+    parser = argparse.ArgumentParser(
+        prog="sluice-decide",
+        description="Sluice's decision service: Envoy RLS (gRPC) and forward-auth (HTTP).",
+    )
+    add = parser.add_argument
+    add("--control-plane", required=True, help="control plane base URL")
+    add("--token", default="", help="gateway token (or --token-file)")
+    add("--token-file", help="file holding the gateway token")
+    add("--gateway-id", default=socket.gethostname(), help="id on the fleet page")
+    add("--cache", help="last good rules on disk (default .sluice/decide-<id>.json)")
+    add("--poll-interval", type=float, default=5.0, help="seconds between polls")
+    add("--redis", default="redis://127.0.0.1:6379/0", help="Redis of the buckets")
+    add("--redis-cluster", action="store_true", help="--redis is a cluster node")
+    add("--redis-timeout", type=float, default=0.005, help="seconds per Redis call")
+    add("--events-redis", help="Redis of the decision stream (default --redis)")
+    add("--no-events", action="store_true", help="write no decision events")
+    add("--grpc", default="127.0.0.1:8081", help="RLS address, or 'off'")
+    add("--http", default="127.0.0.1:8082", help="forward-auth address, or 'off'")
+    add("--trusted-proxy", action="append", default=[], metavar="CIDR")
+    add("--descriptor", action="append", default=[], metavar="FIELD=KEY")
+    add("--header", action="append", default=[], metavar="FIELD=NAME[,NAME]")
+    add("--github-headers", action="store_true", help="add X-RateLimit-*")
+    add("--retry-jitter", type=float, default=0.0, help="seconds of Retry-After jitter")
+    add("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def header_names(pairs: Sequence[str]) -> HeaderNames:
+    """``HeaderNames`` from ``field=Name`` strings (``method`` and ``path``: comma lists)."""
+    changes: dict[str, object] = {}
+    known = HeaderNames.__dataclass_fields__
+    for pair in pairs:
+        name, sep, value = (part.strip() for part in pair.partition("="))
+        if not sep or name not in known or not value:
+            raise ValueError(f"expected FIELD=NAME, FIELD one of {', '.join(known)}")
+        split = tuple(v.strip() for v in value.split(",") if v.strip())
+        changes[name] = split if name in _LIST_HEADERS else value
+    return replace(HeaderNames(), **changes)  # type: ignore[arg-type]
+
+
+@dataclass
+class Service:
+    """The assembled service: what polls, decides, reports, and the two faces."""
+
+    source: SnapshotSource
+    limiter: AsyncLimiter
+    events: DecisionEvents | None
+    decider: Decider
+    keys: DescriptorKeys
+    app: DecisionApp
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        return Path(args.token_file).read_text(encoding="utf-8").strip()
+    return str(args.token)
+
+
+def build(args: argparse.Namespace) -> Service:
+    """Assemble the service from its command line; nothing starts yet."""
+    source = SnapshotSource(
+        args.control_plane.rstrip("/") + protocol.SNAPSHOT_PATH,
+        _token(args),
+        gateway_id=args.gateway_id,
+        cache_path=args.cache or f".sluice/decide-{args.gateway_id}.json",
+        interval=args.poll_interval,
+    )
+    events = None
+    if not args.no_events:
+        events = DecisionEvents(
+            connect(args.events_redis or args.redis, timeout=2.0),
+            gateway_id=args.gateway_id,
+        )
+    client = connect_async(
+        args.redis, timeout=args.redis_timeout, cluster=args.redis_cluster
+    )
+    limiter = AsyncLimiter(client, source, events=events)
+    decider = Decider(
+        limiter, github_headers=args.github_headers, retry_jitter=args.retry_jitter
+    )
+    app = DecisionApp(
+        decider, names=header_names(args.header), trusted_proxies=args.trusted_proxy
+    )
+    keys = parse_mapping(args.descriptor, DescriptorKeys())
+    return Service(source, limiter, events, decider, keys, app)
+
+
+def _address(value: str) -> tuple[str, int] | None:
+    if value == "off":
+        return None
+    host, _, port = value.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def serve(service: Service, args: argparse.Namespace) -> None:
+    """Serve gRPC and HTTP until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    grpc_server = None
+    if (grpc_at := _address(args.grpc)) is not None:
+        grpc_server = await _start_grpc(service, grpc_at)
+    http_at = _address(args.http)
+    logger.info(
+        "service.listening: grpc %s, http %s, gateway id %s",
+        args.grpc,
+        args.http,
+        args.gateway_id,
+    )
+    try:
+        if http_at is not None:
+            await _serve_http(service, http_at)
+        else:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+    finally:
+        if grpc_server is not None:
+            await grpc_server.stop(grace=1.0)
+        await service.limiter.aclose()
+
+
+async def _start_grpc(service: Service, at: tuple[str, int]) -> grpc.aio.Server:
+    import grpc
+
+    from .rls import RateLimitService, add_to_server
+
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    add_to_server(server, RateLimitService(service.decider, keys=service.keys))
+    host = f"[{at[0]}]" if ":" in at[0] else at[0]
+    server.add_insecure_port(f"{host}:{at[1]}")
+    await server.start()
+    return server
+
+
+async def _serve_http(service: Service, at: tuple[str, int]) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        service.app,
+        host=at[0],
+        port=at[1],
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        server_header=False,
+        date_header=False,
+    )
+    await uvicorn.Server(config).serve()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``sluice-decide``."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
+    )
+    service = build(args)
+    service.source.start()
+    if service.events is not None:
+        service.events.start()
+    try:
+        asyncio.run(serve(service, args))
+    finally:
+        service.source.stop()
+        if service.events is not None:
+            service.events.stop()
+
+
+if __name__ == "__main__":
+    main()

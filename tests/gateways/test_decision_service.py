@@ -1,0 +1,284 @@
+"""The decision service's two protocols, spoken by a real gRPC client and a real HTTP client.
+
+``sluice-decide`` runs as a subprocess on a real Redis; the answers are
+checked field by field, as a gateway reads them, and bad input gets the
+documented default decision and a log line, never a broken connection.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+
+from sluice import Bundle
+from tests.client.factories import ROUTES, concurrent, limit, policy, rules, snapshot
+from tests.client.protocol_server import ProtocolServer
+from tests.gateways import servers
+
+Response = rls_pb2.RateLimitResponse
+
+RULES = snapshot(
+    rules(
+        policy("default", "search", limit("tenant", 6, 60, 3)),
+        policy(
+            "default",
+            "orders.read",
+            limit("tenant", 100, 1, 100),
+            limit("user", 1, 3600, 2, shadow=True),
+        ),
+        policy(
+            "default",
+            "orders.create",
+            limit("tenant", 100, 1, 100),
+            concurrency=(concurrent("tenant", 1),),
+        ),
+        routes=ROUTES,
+    )
+)
+
+
+@pytest.fixture
+def service(redis_server, redis_client, tmp_path):
+    rules_server = ProtocolServer().start()
+    rules_server.serve(Bundle(RULES))
+    started = servers.DecisionService(
+        rules_server.url.removesuffix("/api/v1/snapshot"),
+        rules_server.token,
+        redis_server.url,
+        tmp_path,
+    ).start()
+    started.wait_version(1)
+    yield started
+    started.stop()
+    rules_server.stop()
+
+
+@pytest.fixture
+def rls(service):
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+    yield rls_pb2_grpc.RateLimitServiceStub(channel)
+    channel.close()
+
+
+def descriptor(**entries: str):
+    return ratelimit_pb2.RateLimitDescriptor(
+        entries=[
+            ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v)
+            for k, v in entries.items()
+        ]
+    )
+
+
+def ask(rls, *descriptors, hits_addend: int = 0):
+    request = rls_pb2.RateLimitRequest(
+        domain="sluice", descriptors=descriptors, hits_addend=hits_addend
+    )
+    return rls.ShouldRateLimit(request, timeout=5)
+
+
+def headers(reply) -> dict[str, str]:
+    return {h.key: h.value for h in reply.response_headers_to_add}
+
+
+def search(**identity):
+    return descriptor(method="GET", path="/v1/search?q=x", **identity)
+
+
+def test_rls__burst_then_over__statuses_headers_and_body(rls):
+    # Given a search limit of 6 / min, burst 3, per tenant
+    # When Envoy asks four times for one tenant (route by :method and :path)
+    replies = [
+        ask(rls, search(remote_address="203.0.113.9"), descriptor(tenant="acme"))
+        for _ in range(4)
+    ]
+    # Then three are OK and the fourth OVER_LIMIT
+    assert [r.overall_code for r in replies] == [Response.OK] * 3 + [
+        Response.OVER_LIMIT
+    ]
+    # and each descriptor's status names the limit in its closest unit
+    first = replies[0].statuses[1]
+    assert first.code == Response.OK
+    assert first.current_limit.name == "tenant-min"
+    assert first.current_limit.requests_per_unit == 6
+    assert first.current_limit.unit == Response.RateLimit.MINUTE
+    assert first.limit_remaining == 2
+    assert first.duration_until_reset.ToMilliseconds() == 10_000
+    assert headers(replies[0])["RateLimit"] == '"tenant-min";r=2;t=10'
+    # and the refusal carries Retry-After, the content type and the problem+json body
+    over = replies[3]
+    assert over.statuses[1].code == Response.OVER_LIMIT
+    assert over.statuses[1].limit_remaining == 0
+    fields = headers(over)
+    assert fields["Content-Type"] == "application/problem+json"
+    assert fields["Retry-After"] == str(
+        json.loads(over.raw_body)["retry_after_seconds"]
+    )
+    assert json.loads(over.raw_body)["violated-policies"] == ["tenant-min"]
+
+
+def test_rls__hits_addend__is_the_cost(rls):
+    # Given a tenant with a burst of 3 on search
+    # When Envoy asks for a request of 3 hits, then for one more
+    big = ask(rls, search(tenant="acme"), hits_addend=3)
+    after = ask(rls, search(tenant="acme"))
+    # Then the first takes the whole burst and the next is over the limit
+    assert big.overall_code == Response.OK
+    assert big.statuses[0].limit_remaining == 0
+    assert after.overall_code == Response.OVER_LIMIT
+
+
+def test_rls__shadow_limit_exceeded__never_over_limit(rls):
+    # Given orders.read with a shadow per-user limit of burst 2
+    order = descriptor(method="GET", path="/v1/orders/7", tenant="acme", user="u1")
+    # When one user reads five orders
+    replies = [ask(rls, order) for _ in range(5)]
+    # Then all are OK: a shadow limit is reported, never enforced nor advertised
+    assert {r.overall_code for r in replies} == {Response.OK}
+    assert "user-h" not in headers(replies[-1])["RateLimit-Policy"]
+
+
+def test_rls__route_by_slug__generic_key(rls):
+    # Given a descriptor naming the route slug instead of method and path
+    replies = [ask(rls, descriptor(route="search", tenant="acme")) for _ in range(4)]
+    # Then the search limit applies as for /v1/search
+    assert replies[-1].overall_code == Response.OVER_LIMIT
+    assert replies[0].statuses[0].current_limit.name == "tenant-min"
+
+
+@pytest.mark.parametrize(
+    ("case", "descriptors", "logged"),
+    [
+        (
+            "unknown keys",
+            [search(tenant="acme", colour="blue")],
+            "unknown_descriptor_key",
+        ),
+        ("no tenant", [search()], "missing_tenant"),
+        ("oversized value", [search(tenant="x" * 100_000)], "oversized_value"),
+        ("too many", [search(tenant="acme")] * 40, "oversized_request"),
+    ],
+)
+def test_rls__bad_input__default_decision_and_a_log_line(
+    rls, service, case, descriptors, logged
+):
+    # Given bad input from a gateway (case)
+    # When it asks four times
+    replies = [ask(rls, *descriptors) for _ in range(4)]
+    # Then it gets decisions, the strict side: what is bad is dropped and the
+    # rest decided (an unknown or dropped tenant shares the ~ tenant's bucket)
+    assert [r.overall_code for r in replies] == [Response.OK] * 3 + [
+        Response.OVER_LIMIT
+    ]
+    # and the service said so in its log
+    deadline = time.monotonic() + 5
+    while f"service.bad_input: {logged}" not in service.output():
+        assert time.monotonic() < deadline, service.output()[-2000:]
+        time.sleep(0.05)
+
+
+def test_rls__malformed_message__default_decision_a_log_line_and_the_connection_lives(
+    rls, service
+):
+    # Given a client that sends bytes that are not a RateLimitRequest
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+    raw = channel.unary_unary(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        request_serializer=lambda b: b,
+        response_deserializer=Response.FromString,
+    )
+    # When it calls the service
+    reply = raw(b"\xff\xff\xff\xff garbage", timeout=5)
+    # Then it gets the decision of an empty request (anonymous, no route: admitted
+    # here by the all-routes policy) and the service logs why
+    assert reply.overall_code == Response.OK
+    deadline = time.monotonic() + 5
+    while "service.bad_input: malformed_request" not in service.output():
+        assert time.monotonic() < deadline, service.output()[-2000:]
+        time.sleep(0.05)
+    assert "Traceback" not in service.output()
+    # and the same channel decides the next request
+    stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+    assert ask(stub, search(tenant="acme")).overall_code == Response.OK
+    channel.close()
+
+
+def decide(service, **headers):
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{service.http_port}/v1/decide", headers=headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            status, raw, body = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        status, raw, body = error.code, error.headers, error.read()
+    return status, {k.lower(): v for k, v in raw.items()}, body
+
+
+def test_http__nginx_asks_for_403__real_status_and_body_in_headers(service):
+    # Given a tenant that used its burst of 3 searches
+    ask = {"X-Original-Method": "GET", "X-Original-URI": "/v1/search?q=1"}
+    for _ in range(3):
+        assert decide(service, **ask, **{"X-Tenant": "acme"})[0] == 200
+    # When nginx asks again, with Sluice-Reject-Status: 403
+    status, fields, _ = decide(
+        service, **ask, **{"X-Tenant": "acme", "Sluice-Reject-Status": "403"}
+    )
+    # Then the answer is a 403 naming the real 429 and carrying its body
+    assert status == 403
+    assert fields["sluice-status"] == "429"
+    assert json.loads(fields["sluice-problem"])["error"] == "rate_limited"
+    assert fields["retry-after"] == str(
+        json.loads(fields["sluice-problem"])["retry_after_seconds"]
+    )
+
+
+def test_http__bad_cost_header__route_cost_and_a_log_line(service):
+    # When a gateway sends a cost that is not a number
+    status, _, _ = decide(
+        service,
+        **{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/search"},
+        **{"X-Tenant": "acme", "Sluice-Cost": "lots"},
+    )
+    # Then the request is decided at the route's cost, and the log says why
+    assert status == 200
+    deadline = time.monotonic() + 5
+    while "service.bad_input: bad_cost" not in service.output():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_http__concurrency_slot__held_until_released(service):
+    # Given orders.create with at most 1 request in flight per tenant
+    ask = {"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/orders"}
+    first = decide(service, **ask, **{"X-Tenant": "acme"})
+    # When a second request comes while the first holds its slot
+    second = decide(service, **ask, **{"X-Tenant": "acme"})
+    # and after the gateway releases the first
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{service.http_port}/v1/release",
+        method="POST",
+        headers={"Sluice-Release": first[1]["sluice-release"]},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        released = response.status
+    third = decide(service, **ask, **{"X-Tenant": "acme"})
+    # Then the second is refused for want of a slot and the third admitted
+    assert first[0] == 200
+    assert second[0] == 429
+    assert json.loads(second[2])["error"] == "too_many_concurrent_requests"
+    assert released == 204
+    assert third[0] == 200
+
+
+def test_http__healthz__the_version_in_force(service):
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{service.http_port}/healthz", timeout=5
+    ) as response:
+        assert json.loads(response.read()) == {"status": "ok", "version": 1}
