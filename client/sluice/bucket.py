@@ -1,25 +1,25 @@
 """The token bucket in Redis: its geometry in microseconds, the Lua script, and the clients.
 
 ``lua/token_bucket.lua`` is package data and the only place the algorithm runs
-against Redis; :class:`TokenBucket` runs it by EVALSHA through redis-py's
-``register_script``, which loads it again when Redis answers NOSCRIPT (after a
-``SCRIPT FLUSH``, a restart or a failover).
+against Redis; :class:`TokenBucket` runs it by EVALSHA like every script of the
+client (:class:`~.scripts.Script`: one round trip, NOSCRIPT reloaded).
 """
 
 from __future__ import annotations
 
 import importlib.resources
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from .quota import Limit
+from .scripts import AsyncScript, Script
 
 __all__ = [
     "SCRIPT",
@@ -111,44 +111,28 @@ def connect_async(
     return redis.asyncio.Redis.from_url(url, **options)
 
 
-class TokenBucket:
-    """Runs the script on a Redis or Redis Cluster client: one EVALSHA per call.
-
-    The registered script's SHA is sent directly; on NOSCRIPT the call goes
-    through redis-py's ``Script``, which loads the script (on every primary of a
-    cluster) and runs it again. Skipping ``Script.__call__`` on the hot path
-    saves its per-call import and argument copies.
-    """
+class TokenBucket(Script):
+    """Runs the token-bucket script on a Redis or Redis Cluster client: one EVALSHA
+    per call, on the lean path of :class:`~.scripts.Script`."""
 
     def __init__(self, client: redis.Redis | redis.RedisCluster) -> None:
-        self.client = client
-        self._script = client.register_script(SCRIPT)
-        self._evalsha = client.evalsha
+        super().__init__(client, SCRIPT)
 
-    def __call__(self, keys: list[str], args: tuple[bytes, ...]) -> list[int]:
+    def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> list[int]:
         """Decide for ``keys``; return the script's reply (see the script's header)."""
-        try:
-            reply: list[int] = self._evalsha(self._script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            reply = self._script(keys, args)
+        reply: list[int] = super().__call__(keys, args)
         return reply
 
 
-class AsyncTokenBucket:
+class AsyncTokenBucket(AsyncScript):
     """The asyncio twin of :class:`TokenBucket` (redis.asyncio)."""
 
     def __init__(
         self, client: redis.asyncio.Redis | redis.asyncio.RedisCluster
     ) -> None:
-        self.client = client
-        self._script = client.register_script(SCRIPT)
+        super().__init__(client, SCRIPT)
 
-    async def __call__(self, keys: list[str], args: tuple[bytes, ...]) -> list[int]:
+    async def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> list[int]:
         """Decide for ``keys``; return the script's reply (see the script's header)."""
-        try:
-            reply: list[int] = await self.client.evalsha(
-                self._script.sha, len(keys), *keys, *args
-            )
-        except NoScriptError:
-            reply = await self._script(keys, args)
+        reply: list[int] = await super().__call__(keys, args)
         return reply

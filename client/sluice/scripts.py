@@ -1,20 +1,41 @@
-"""The hot-path scripts besides the token bucket: ``hot.lua`` (leases, slots) and ``release.lua``.
+"""The client's Lua scripts and how a decision runs one: one EVALSHA, one round trip.
 
-Run like :class:`~.bucket.TokenBucket` runs its script: EVALSHA of the SHA
-registered with redis-py, falling back on NOSCRIPT to redis-py's ``Script``,
-which loads the script (on every primary of a cluster) and runs it again.
+``lua/token_bucket.lua`` (:mod:`.bucket`), ``lua/hot.lua`` (leases, concurrency
+slots) and ``lua/release.lua`` are package data. :class:`Script` runs one on a
+Redis or Redis Cluster client:
+
+* on a plain Redis, through a connection of the calling thread's own, made with
+  the settings of the client's pool (timeouts, address, credentials): the command
+  is packed from a prefix encoded once (``EVALSHA <sha>``) and sent with the
+  connection's own send and read. That skips what a per-command
+  ``execute_command`` does for nothing here (a pool checkout and return, command
+  name lookups, response callbacks, observability hooks): about a third of
+  redis-py's own work per call (``docs/benchmarks.md``). A timed-out or broken
+  connection is dropped, never reused, so a late reply cannot be read as another
+  call's;
+* on a Redis Cluster, through redis-py, which routes by hash slot and follows
+  MOVED and ASK redirections.
+
+Either way NOSCRIPT (after a ``SCRIPT FLUSH``, a restart or a failover) goes
+through redis-py's ``Script``, which loads the script (on every primary of a
+cluster) and runs it again.
 """
 
 from __future__ import annotations
 
 import importlib.resources
+import os
+import threading
+import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError
+from redis.connection import AbstractConnection
+from redis.exceptions import NoScriptError, ResponseError
 
-__all__ = ["HOT", "RELEASE", "AsyncScript", "Script"]
+__all__ = ["HOT", "RELEASE", "AsyncScript", "Script", "pack_evalsha"]
 
 
 def _source(name: str) -> bytes:
@@ -25,19 +46,84 @@ HOT = _source("lua/hot.lua")
 RELEASE = _source("lua/release.lua")
 
 
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def pack_evalsha(head: bytes, keys: Sequence[str], args: Sequence[bytes]) -> bytes:
+    """The RESP bytes of ``EVALSHA <sha> <numkeys> keys... args...``, where ``head``
+    is the encoded ``EVALSHA <sha>`` (:attr:`Script.head`)."""
+    parts = [
+        b"*%d\r\n" % (3 + len(keys) + len(args)),
+        head,
+        _bulk(b"%d" % len(keys)),
+    ]
+    parts += [_bulk(key.encode()) for key in keys]
+    parts += [_bulk(arg) for arg in args]
+    return b"".join(parts)
+
+
+class _ThreadConnections:
+    """One connection per thread to a plain Redis, with its pool's settings but outside
+    the pool (a decision then costs no checkout). A forked child makes its own."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        pool = client.connection_pool
+        self._class: Any = pool.connection_class
+        self._kwargs = pool.connection_kwargs
+        self._local = threading.local()
+        self._all: weakref.WeakSet[AbstractConnection] = weakref.WeakSet()
+
+    def call(self, packed: bytes) -> Any:
+        """Send one packed command and return its reply (raise its error reply)."""
+        local = self._local
+        connection = getattr(local, "connection", None)
+        if connection is None or local.pid != os.getpid():
+            connection = local.connection = self._class(**self._kwargs)
+            local.pid = os.getpid()
+            self._all.add(connection)
+        try:
+            connection.send_packed_command([packed], check_health=False)
+            return connection.read_response()
+        except ResponseError:
+            raise  # an error reply, read whole: the connection is still in step
+        except BaseException:
+            # A timeout or a broken connection: a reply may still come. Never reuse it.
+            connection.disconnect()
+            local.connection = None
+            raise
+
+    def close(self) -> None:
+        for connection in list(self._all):
+            connection.disconnect()  # type: ignore[no-untyped-call]
+
+
 class Script:
     """One of the package's Lua scripts on a Redis or Redis Cluster client."""
 
     def __init__(self, client: redis.Redis | redis.RedisCluster, source: bytes) -> None:
         self.client = client
         self._script = client.register_script(source)
+        sha = self._script.sha.encode()
+        #: ``EVALSHA <sha>``, encoded once
+        self.head = _bulk(b"EVALSHA") + _bulk(sha)
+        self._direct = (
+            _ThreadConnections(client) if isinstance(client, redis.Redis) else None
+        )
 
-    def __call__(self, keys: list[str] | tuple[str, ...], args: list[bytes]) -> Any:
+    def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> Any:
         """Run the script on ``keys`` (one hash tag) and ``args``; return its reply."""
         try:
+            if self._direct is not None:
+                return self._direct.call(pack_evalsha(self.head, keys, args))
             return self.client.evalsha(self._script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return self._script(keys, args)
+            return self._script(list(keys), list(args))
+
+    def close(self) -> None:
+        """Close the connections this script made (the client's pool is the caller's)."""
+        if self._direct is not None:
+            self._direct.close()
 
 
 class AsyncScript:
@@ -49,11 +135,9 @@ class AsyncScript:
         self.client = client
         self._script = client.register_script(source)
 
-    async def __call__(
-        self, keys: list[str] | tuple[str, ...], args: list[bytes]
-    ) -> Any:
+    async def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> Any:
         """Run the script on ``keys`` (one hash tag) and ``args``; return its reply."""
         try:
             return await self.client.evalsha(self._script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return await self._script(keys, args)
+            return await self._script(list(keys), list(args))

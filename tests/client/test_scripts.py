@@ -1,0 +1,78 @@
+"""How a decision runs a script: the lean path's own connections, against a real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from sluice.bucket import connect
+from sluice.scripts import Script, pack_evalsha
+
+#: Answers with what it was given: a reply names the call it belongs to.
+ECHO = b"return {KEYS[1], ARGV[1]}"
+
+
+def test_pack_evalsha__keys_and_args__the_bytes_redis_py_sends(redis_server):
+    # Given a script and the bytes redis-py would pack for the same EVALSHA
+    client = connect(redis_server.url, timeout=0.5)
+    script = Script(client, ECHO)
+    keys, args = ["rl:{tenant:acme}:a", "rl:{tenant:acme}:b"], [b"1", b"20000"]
+    connection = client.connection_pool.get_connection()
+    packed = b"".join(
+        connection.pack_command("EVALSHA", script._script.sha, 2, *keys, *args)
+    )
+    client.connection_pool.release(connection)
+    # When the lean path packs it, then it sends exactly those bytes
+    assert pack_evalsha(script.head, keys, args) == packed
+
+
+def test_script__call_timed_out__its_late_reply_is_never_read_as_the_next_one(
+    redis_server,
+):
+    # Given a script on a client with a 50 ms timeout, and a call answered in time
+    script = Script(connect(redis_server.url, timeout=0.05), ECHO)
+    assert script(["first"], [b"1"]) == [b"first", b"1"]
+    admin = redis.Redis.from_url(redis_server.url)
+    # When Redis is paused past the timeout during a call, then answers again
+    admin.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    with pytest.raises(redis.TimeoutError):
+        script(["lost"], [b"2"])
+    time.sleep(0.4)
+    # Then the next call gets its own reply, not the late one of the call that timed out
+    assert script(["next"], [b"3"]) == [b"next", b"3"]
+
+
+def test_script__flushed__reloaded_and_run(redis_server):
+    # Given a script that ran once
+    script = Script(connect(redis_server.url, timeout=0.5), ECHO)
+    assert script(["a"], [b"1"]) == [b"a", b"1"]
+    # When Redis forgets every script
+    redis.Redis.from_url(redis_server.url).script_flush()
+    # Then the next call loads it again and runs
+    assert script(["b"], [b"2"]) == [b"b", b"2"]
+
+
+def test_script__many_threads__each_gets_its_own_replies(redis_server):
+    # Given one script shared by 8 threads, each with its own connection
+    script = Script(connect(redis_server.url, timeout=0.5), ECHO)
+    wrong: list[tuple[str, object]] = []
+
+    def work(name: str) -> None:
+        for number in range(200):
+            arg = str(number).encode()
+            reply = script([name], [arg])
+            if reply != [name.encode(), arg]:
+                wrong.append((name, reply))
+
+    threads = [threading.Thread(target=work, args=(f"t{i}",)) for i in range(8)]
+    # When they all call at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then every reply belongs to the call that asked for it
+    assert wrong == []
+    script.close()
