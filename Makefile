@@ -49,8 +49,11 @@ check: install
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
 
+# The whole suite, then the client's and the gateways' tests again with the asyncio
+# limiter's auto-pipelining off (both ways must hold).
 test: setup check
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) -q --no-pipelining tests/client tests/gateways
 
 # The demo gateway: sample backends behind the enforcement client. Its settings
 # (control plane URL, gateway token, Redis...) are SLUICE_* environment variables: see gateway/demo.py.

@@ -4,7 +4,9 @@ Starts a private redis-server for the control plane, re-creates the bench
 database (``DATABASE_URL`` + ``_bench``), then runs each part in its own
 process and collects what it prints into ``var/bench/report.md``:
 
-1. the client's decision benchmark (``bench/decisions.py``);
+1. the client's decision benchmark (``bench/decisions.py``), then the client
+   against bare redis-py and alisaifee/limits in a gateway's environment
+   (``bench/peers.py``, in ``var/bench/peers-venv``);
 2. scale of rules (``bench/scale.py``): 100k tenants, publish, load, resolve;
 3. snapshot polling (``bench/polling.py``) against gunicorn, on those rules;
 4. decisions under load (``bench/load.py``): one Redis and a 3-master cluster;
@@ -23,10 +25,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import PYTHON, ROOT, bench_env, fresh_database, machine_line
+from bench.peers_env import peers_python
 from tests.servers import RedisServer
 
 REPORT = ROOT / "var" / "bench" / "report.md"
@@ -41,6 +45,8 @@ class Part:
     quick: tuple[str, ...]  #: extra arguments for ``--quick``
     timeout: float = 600.0
     django: bool = False  #: runs Django on the bench database
+    #: the interpreter, when not the control plane's (a gateway's environment)
+    python: Callable[[], Path] | None = None
 
 
 def parts(redis_url: str) -> list[Part]:
@@ -49,6 +55,13 @@ def parts(redis_url: str) -> list[Part]:
             "Client decisions vs raw EVALSHA",
             ("-m", "bench.decisions", "--ops", "2000", "--repeats", "3"),
             ("--ops", "500"),
+        ),
+        Part(
+            "The client against its peers",
+            ("bench/peers.py", "--ops", "3000", "--repeats", "5"),
+            ("--ops", "500", "--repeats", "3"),
+            timeout=900,
+            python=peers_python,
         ),
         Part(
             "Scale of rules",
@@ -97,7 +110,8 @@ def parts(redis_url: str) -> list[Part]:
 
 def run_part(part: Part, env: dict[str, str], quick: bool) -> tuple[str, float, bool]:
     """Run one part; return its output (or its failure), seconds taken, and success."""
-    command = [PYTHON, *part.args, *(part.quick if quick else ())]
+    python = str(part.python()) if part.python else PYTHON
+    command = [python, *part.args, *(part.quick if quick else ())]
     began = time.perf_counter()
     try:
         done = subprocess.run(
@@ -160,6 +174,8 @@ def main() -> None:
                 continue
             print(f"bench: {part.title} ...", flush=True)
             part_env = env if part.django else {**os.environ, "PYTHONPATH": str(ROOT)}
+            if part.python:  # its own environment: the repository goes last on its path
+                part_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             output, seconds, ok = run_part(part, part_env, options.quick)
             sections.append(output)
             timings.append((part.title, seconds, ok))

@@ -12,6 +12,7 @@ import socket
 import pytest
 import redis
 
+import sluice.aio
 from controlplane import celery_app
 from controlplane.preflight import ServiceUnavailable, check_postgres
 from tests.celery_fixtures import (  # noqa: F401  (fixtures for every test module)
@@ -20,6 +21,20 @@ from tests.celery_fixtures import (  # noqa: F401  (fixtures for every test modu
     celery_worker,
 )
 from tests.servers import RedisServer
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--no-pipelining",
+        action="store_true",
+        help="asyncio limiters (and decision services) send one Redis call per "
+        "decision: the suite runs once this way too (make test)",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--no-pipelining"):
+        sluice.aio.PIPELINING_DEFAULT = False
 
 
 def pytest_sessionstart(session):

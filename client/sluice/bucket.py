@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.resources
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .pipelining import AutoPipeline
 from .quota import Limit
 from .scripts import AsyncScript, Script
 
@@ -98,17 +99,34 @@ def connect(
 
 
 def connect_async(
-    url: str, *, timeout: float = 0.005, cluster: bool = False
+    url: str,
+    *,
+    timeout: float = 0.005,
+    cluster: bool = False,
+    max_connections: int = 100,
 ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
-    """The asyncio twin of :func:`connect`."""
+    """The asyncio twin of :func:`connect`.
+
+    Without auto-pipelining every call in flight holds a connection. A plain Redis
+    gets a blocking pool: past ``max_connections`` calls in flight a call waits up
+    to ``timeout`` for a free one instead of failing at once, as redis-py's default
+    pool does. redis-py's cluster client has no such pool: past
+    ``max_connections`` calls in flight to one node, a call fails (and its decision
+    takes its failure mode). The auto-pipelined limiter needs one connection per node.
+    """
     options: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "retry": _no_retry(),
     }
     if cluster:
-        return redis.asyncio.RedisCluster.from_url(url, **options)
-    return redis.asyncio.Redis.from_url(url, **options)
+        return redis.asyncio.RedisCluster.from_url(
+            url, max_connections=max_connections, **options
+        )
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=timeout, **options
+    )
+    return redis.asyncio.Redis(connection_pool=pool)
 
 
 class TokenBucket(Script):
@@ -125,14 +143,19 @@ class TokenBucket(Script):
 
 
 class AsyncTokenBucket(AsyncScript):
-    """The asyncio twin of :class:`TokenBucket` (redis.asyncio)."""
+    """The asyncio twin of :class:`TokenBucket` (redis.asyncio), auto-pipelined when
+    given a ``pipeline``."""
 
     def __init__(
-        self, client: redis.asyncio.Redis | redis.asyncio.RedisCluster
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+        *,
+        pipeline: AutoPipeline | None = None,
     ) -> None:
-        super().__init__(client, SCRIPT)
+        super().__init__(client, SCRIPT, pipeline=pipeline)
 
-    async def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> list[int]:
-        """Decide for ``keys``; return the script's reply (see the script's header)."""
-        reply: list[int] = await super().__call__(keys, args)
-        return reply
+    def __call__(
+        self, keys: Sequence[str], args: Sequence[bytes]
+    ) -> Awaitable[list[int]]:
+        """Decide for ``keys``; await the script's reply (see the script's header)."""
+        return super().__call__(keys, args)

@@ -27,13 +27,16 @@ import importlib.resources
 import os
 import threading
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio
 from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError, ResponseError
+
+if TYPE_CHECKING:
+    from .pipelining import AutoPipeline
 
 __all__ = ["HOT", "RELEASE", "AsyncScript", "Script", "pack_evalsha"]
 
@@ -127,16 +130,34 @@ class Script:
 
 
 class AsyncScript:
-    """The asyncio twin of :class:`Script`."""
+    """The asyncio twin of :class:`Script`: through an :class:`~.pipelining.AutoPipeline`
+    when given one (calls meeting a round trip in flight share the next), else one
+    redis-py call each."""
 
     def __init__(
-        self, client: redis.asyncio.Redis | redis.asyncio.RedisCluster, source: bytes
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+        source: bytes,
+        *,
+        pipeline: AutoPipeline | None = None,
     ) -> None:
         self.client = client
+        self.source = source
         self._script = client.register_script(source)
+        self.sha = self._script.sha.encode()
+        #: ``EVALSHA <sha>``, encoded once
+        self.head = _bulk(b"EVALSHA") + _bulk(self.sha)
+        self._pipeline = pipeline
 
-    async def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> Any:
-        """Run the script on ``keys`` (one hash tag) and ``args``; return its reply."""
+    def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> Awaitable[Any]:
+        """Run the script on ``keys`` (one hash tag) and ``args``; await the result for
+        the reply. (A plain function, so a pipelined call costs no coroutine.)"""
+        if self._pipeline is not None:
+            return self._pipeline.submit(self, keys, args)
+        return self.unbatched(keys, args)
+
+    async def unbatched(self, keys: Sequence[str], args: Sequence[bytes]) -> Any:
+        """One call through redis-py: cluster routing and redirections, NOSCRIPT reload."""
         try:
             return await self.client.evalsha(self._script.sha, len(keys), *keys, *args)
         except NoScriptError:

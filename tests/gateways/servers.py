@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sluice.aio
 from tests.servers import ROOT, free_port
 
 DOCS = ROOT / "docs" / "gateways"
@@ -164,6 +165,7 @@ class DecisionService:
             "--trusted-proxy",
             "127.0.0.1",
             "--github-headers",
+            *(() if sluice.aio.PIPELINING_DEFAULT else ("--no-pipelining",)),
             *self.extra,
         ]
 

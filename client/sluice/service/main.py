@@ -30,6 +30,7 @@ from sluice import protocol
 from sluice.aio import AsyncLimiter
 from sluice.bucket import connect, connect_async
 from sluice.metrics import DecisionEvents
+from sluice.pipelining import DEFAULT_MAX_BATCH
 from sluice.source import SnapshotSource
 
 from .decider import Decider
@@ -69,6 +70,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--trusted-proxy", action="append", default=[], metavar="CIDR")
     add("--descriptor", action="append", default=[], metavar="FIELD=KEY")
     add("--header", action="append", default=[], metavar="FIELD=NAME[,NAME]")
+    add("--no-pipelining", action="store_true", help="one Redis call per decision")
+    add("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="calls per round trip")
     add("--github-headers", action="store_true", help="add X-RateLimit-*")
     add("--retry-jitter", type=float, default=0.0, help="seconds of Retry-After jitter")
     add("--log-level", default="INFO")
@@ -124,7 +127,13 @@ def build(args: argparse.Namespace) -> Service:
     client = connect_async(
         args.redis, timeout=args.redis_timeout, cluster=args.redis_cluster
     )
-    limiter = AsyncLimiter(client, source, events=events)
+    limiter = AsyncLimiter(
+        client,
+        source,
+        events=events,
+        pipelining=not args.no_pipelining,
+        max_batch=args.max_batch,
+    )
     decider = Decider(
         limiter, github_headers=args.github_headers, retry_jitter=args.retry_jitter
     )
