@@ -9,13 +9,15 @@ reported per mode (1.0 is exact; above 1.0 would be over-admission).
 Modes are entries of ``MODES``: the hot-key options of the one limit, as a
 publisher would set them (``plain``: none; ``leases``: 50 tokens a lease;
 ``shards``: 8 keys). Each worker decides with an ordinary :class:`Limiter` on
-the snapshot, so what is measured is what a gateway runs. Prints Markdown;
-asserts nothing.
+the snapshot, so what is measured is what a gateway runs; ``asyncio`` runs
+``--threads`` x 16 tasks of an auto-pipelined :class:`AsyncLimiter` per process
+instead. Prints Markdown; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import threading
 import time
@@ -24,7 +26,7 @@ from typing import Any
 import redis
 
 from bench.common import machine_line, table
-from sluice import Limiter, Snapshot
+from sluice import AsyncLimiter, Limiter, Snapshot
 from tests.client.factories import limit, policy, rules, snapshot
 from tests.servers import RedisServer
 
@@ -33,7 +35,10 @@ MODES: dict[str, dict[str, int]] = {
     "plain": {},
     "leases": {"lease": 50},
     "shards": {"shards": 8},
+    "asyncio": {},
 }
+#: tasks of the asyncio mode per thread of the others
+TASKS_PER_THREAD = 16
 
 
 def one_bucket(rate: int, burst: int, **hot_keys: int) -> Snapshot:
@@ -75,6 +80,40 @@ def worker(
     results.put(tuple(map(sum, zip(*counts, strict=True))))
 
 
+def async_worker(
+    url: str,
+    raw: bytes,
+    threads: int,
+    seconds: float,
+    start: Any,
+    results: Any,
+) -> None:
+    """:func:`worker`'s twin: ``threads`` x 16 tasks of one auto-pipelined AsyncLimiter."""
+
+    async def main() -> tuple[int, int, int]:
+        limiter = AsyncLimiter(url, Snapshot.from_bytes(raw), timeout=1.0)
+        await limiter.decide(route="search", tenant="warmup")
+        deadline = time.monotonic() + seconds
+
+        async def run() -> tuple[int, int, int]:
+            admitted = rejected = degraded = 0
+            while time.monotonic() < deadline:
+                decision = await limiter.decide(route="search", tenant="acme")
+                admitted += decision.allowed
+                rejected += not decision.allowed
+                degraded += decision.degraded
+            return admitted, rejected, degraded
+
+        counts = await asyncio.gather(
+            *(run() for _ in range(threads * TASKS_PER_THREAD))
+        )
+        await limiter.aclose()
+        return tuple(map(sum, zip(*counts, strict=True)))  # type: ignore[return-value]
+
+    start.wait()
+    results.put(asyncio.run(main()))
+
+
 def redis_seconds(client: redis.Redis) -> float:
     seconds, micros = client.time()
     return seconds + micros / 1_000_000
@@ -87,8 +126,9 @@ def run_mode(mode: str, url: str, options) -> list[str]:
     context = multiprocessing.get_context("fork")
     start, results = context.Event(), context.Queue()
     args = (url, raw, options.threads, options.seconds, start, results)
+    target = async_worker if mode == "asyncio" else worker
     processes = [
-        context.Process(target=worker, args=args) for _ in range(options.processes)
+        context.Process(target=target, args=args) for _ in range(options.processes)
     ]
     for process in processes:
         process.start()

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import multiprocessing
 
-from bench.accuracy import one_bucket, redis_seconds, worker
+import pytest
+
+from bench.accuracy import async_worker, one_bucket, redis_seconds, worker
 
 RATE, BURST, SECONDS = 400, 50, 2.0
 PROCESSES, THREADS = 3, 2
 
 
+@pytest.mark.parametrize("decide", [worker, async_worker], ids=["sync", "asyncio"])
 def test_decide__processes_and_threads_on_one_key__admits_capacity_plus_rate(
-    redis_server, redis_client
+    redis_server, redis_client, decide
 ):
-    # Given 3 processes of 2 threads each, deciding on one tenant's bucket (400/s, burst 50)
-    # (the worker of bench/accuracy.py, with a plain limit)
+    # Given 3 processes of 2 threads each (or 32 tasks of one auto-pipelined asyncio
+    # limiter), deciding on one tenant's bucket (400/s, burst 50)
+    # (the workers of bench/accuracy.py, with a plain limit)
     raw = one_bucket(RATE, BURST).to_bytes()
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
     args = (redis_server.url, raw, THREADS, SECONDS, start, results)
-    processes = [context.Process(target=worker, args=args) for _ in range(PROCESSES)]
+    processes = [context.Process(target=decide, args=args) for _ in range(PROCESSES)]
     for process in processes:
         process.start()
     # When they all hammer it for 2 seconds
