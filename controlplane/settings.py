@@ -83,7 +83,7 @@ DATABASES = {
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "controlplane.apps.SluiceAdminConfig",  # django.contrib.admin, Sluice's home page
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -121,13 +121,15 @@ class Preview:
 
 
 def change_request_preview(request: ChangeRequest) -> Preview:
-    """What ``request`` would do if published now, and what stands in its way."""
+    """What ``request`` would do if published now, and what stands in its way; for a
+    closed request, what it did (its diff as last stored)."""
     row, base = active_base()
     edits = edits_of(request)
-    conflicts = conflicts_with(base, edits, row) if request.is_live else []
-    if request.is_live:
-        for scheduled in snapshot_scheduled():
-            conflicts += conflicts_with(snapshot_rules(scheduled), edits, scheduled)
+    if not request.is_live and request.summary:
+        return _closed(request, edits)
+    conflicts = conflicts_with(base, edits, row)
+    for scheduled in snapshot_scheduled():
+        conflicts += conflicts_with(snapshot_rules(scheduled), edits, scheduled)
     rules = rules_with(base, edits)
     diff = rules_diff(base, rules)
     return Preview(
@@ -135,12 +137,25 @@ def change_request_preview(request: ChangeRequest) -> Preview:
         base_version=row.version if row else None,
         edits=[_view(edit, diff) for edit in edits],
         diff=diff,
-        problems=[problem_text(p) for p in validate_rules(rules)]
-        if request.is_live
-        else [],
+        problems=[problem_text(p) for p in validate_rules(rules)],
         conflicts=conflicts,
         approval_reasons=approval_reasons(diff),
         approvals=approvals_counted(request),
+        notice=notice_preview(diff=diff, published_at=timezone.now()),
+    )
+
+
+def _closed(request: ChangeRequest, edits: list[Edit]) -> Preview:
+    diff = RulesDiff.from_json(request.summary)
+    return Preview(
+        request=request,
+        base_version=request.summary_version,
+        edits=[_view(edit, diff) for edit in edits],
+        diff=diff,
+        problems=[],
+        conflicts=[],
+        approval_reasons=approval_reasons(diff),
+        approvals=list(request.approvals.filter(revision=request.edit_revision)),
         notice=notice_preview(diff=diff, published_at=timezone.now()),
     )
 
@@ -160,7 +175,8 @@ def _metadata_words(edit: Edit) -> list[str]:
     if not edit.before or not edit.after:
         return []
     return [
-        f"{member}: {_shown(before.get(member))} → {_shown(after.get(member))}"
+        f"{edit.subject} {edit.key}: {member} {_shown(before.get(member))} → "
+        f"{_shown(after.get(member))}"
         for member in _METADATA[edit.subject]
         if before.get(member) != after.get(member)
     ]

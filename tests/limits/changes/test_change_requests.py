@@ -53,7 +53,12 @@ def _override(tenant="initech", route="search", *, rate=50, burst=100, days=3):
             "expires_at": expires,
             "reason": "Launch week, ticket 4711",
             "limits": [
-                {"dimension": "tenant", "rate": rate, "period": "second", "burst": burst}
+                {
+                    "dimension": "tenant",
+                    "rate": rate,
+                    "period": "second",
+                    "burst": burst,
+                }
             ],
         },
     )
@@ -67,7 +72,12 @@ def _pro_search(rate, burst) -> Proposal:
             "scope": "tier:pro",
             "route": "search",
             "limits": [
-                {"dimension": "tenant", "rate": rate, "period": "second", "burst": burst}
+                {
+                    "dimension": "tenant",
+                    "rate": rate,
+                    "period": "second",
+                    "burst": burst,
+                }
             ],
         },
     )
@@ -101,7 +111,9 @@ def test_publish__unrelated_working_copy_edit__only_the_requests_edits_are_publi
     pro = next(p for p in new.policies if p.key == ("tier:pro", "search", False))
     assert pro.limits[0].rate == 50
     # And the override is in the rule tables, the working copy's lowering still there
-    assert Policy.objects.filter(tenant__slug="initech", expires_at__isnull=False).exists()
+    assert Policy.objects.filter(
+        tenant__slug="initech", expires_at__isnull=False
+    ).exists()
     assert Limit.objects.get(policy=rules["pro_search"]).rate == 20
     request.refresh_from_db()
     assert (request.state, request.published_version) == ("published", 2)
