@@ -16,10 +16,11 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from limits.changes.services import Proposal, change_request_propose
+from limits.changes.services import Proposal, active_base, change_request_propose
 from limits.core.audit import Actor
 from limits.models import ChangeRequest
-from limits.rules.documents import document_key, row_document
+from limits.rules.documents import document_in, document_key, row_document
+from limits.rules.services import rule_delete
 
 __all__ = ["ProposingAdmin", "proposal_of", "removal_of"]
 
@@ -69,10 +70,25 @@ class ProposingAdmin(admin.ModelAdmin):
         self.propose(request, proposal_of(self.subject, obj))
 
     def delete_model(self, request, obj):
-        self.propose(request, [removal_of(self.subject, obj)])
+        self.delete_queryset(request, [obj])
 
     def delete_queryset(self, request, queryset):
-        self.propose(request, [removal_of(self.subject, obj) for obj in queryset])
+        """Propose removing what gateways have; delete at once (audited) what only the
+        working copy ever held: removing it changes nothing published."""
+        _, base = active_base()
+        actor = Actor.from_request(request)
+        published = []
+        for obj in queryset:
+            if document_in(base, self.subject, key_of(obj)) is None:
+                rule_delete(obj=obj, actor=actor, reason="never published")
+                messages.info(request, f"Deleted {obj}: it was never published.")
+            else:
+                published.append(removal_of(self.subject, obj))
+        if published:
+            self.propose(request, published)
+        else:
+            request.sluice_proposed = None
+            request.sluice_said = "Nothing to propose."
 
     def get_actions(self, request):
         actions = super().get_actions(request)
@@ -118,7 +134,8 @@ class ProposingAdmin(admin.ModelAdmin):
         found = getattr(request, "sluice_proposed", None)
         if found is None:
             said = getattr(request, "sluice_said", "") or "Nothing changed."
-            messages.warning(request, said)
+            if said != "Nothing to propose.":
+                messages.warning(request, said)
             return None
         messages.success(
             request,

@@ -18,7 +18,7 @@ from limits.versions.explain import effective_limits
 
 from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin
-from .proposing import ProposingAdmin, key_of, proposal_of, removal_of
+from .proposing import ProposingAdmin, key_of, proposal_of
 
 
 @admin.register(Tier)
@@ -305,9 +305,8 @@ class PolicyAdmin(ProposingAdmin):
         self.propose(request, proposal_of("policy", form.instance, limits=limits))
 
     def delete_queryset(self, request, queryset):
-        self.propose(
-            request,
-            [removal_of("policy", obj) for obj in queryset if not obj.is_default],
+        super().delete_queryset(
+            request, [obj for obj in queryset if not obj.is_default]
         )
 
     @admin.display(description="route", ordering="route__slug")

@@ -166,22 +166,29 @@ class YamlData:
 
 def yaml_read(text: str) -> YamlData:
     """Parse ``text``; syntax errors and repeated keys come back as problems."""
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
+        node, data = _parse(text)
+        lines: dict[Path, int] = {}
+        problems = list(_walk(node, (), lines)) if node is not None else []
+        return YamlData(_plain(data), lines, problems)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         message = f"not valid YAML: {exc.problem or exc.context}"
-        return YamlData(None, {}, [LineProblem(line, (), message)])
-    except yaml.YAMLError as exc:
-        return YamlData(None, {}, [LineProblem(1, (), f"not valid YAML: {exc}")])
+    except yaml.YAMLError as exc:  # e.g. a control character: no position to give
+        line, message = 1, f"not valid YAML: {exc}"
+    except RecursionError:
+        line, message = 1, "nested too deeply to be a rules file"
+    return YamlData(None, {}, [LineProblem(line, (), message)])
+
+
+def _parse(text: str) -> tuple[yaml.Node | None, Any]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
     finally:
         loader.dispose()
-    lines: dict[Path, int] = {}
-    problems = list(_walk(node, (), lines)) if node is not None else []
-    return YamlData(_plain(data), lines, problems)
 
 
 def _walk(node: yaml.Node, path: Path, lines: dict[Path, int]) -> Iterator[LineProblem]:

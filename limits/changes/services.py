@@ -20,7 +20,7 @@ from django.utils import timezone
 from limits.changes.permissions import require_may_approve, require_may_propose
 from limits.choices import AuditAction, Role
 from limits.core.audit import Actor, audit_record, audited_save, serialize_for_audit
-from limits.core.roles import user_role
+from limits.core.roles import require_role, user_role
 from limits.diff.diffing import EMPTY_RULES, rules_diff
 from limits.models import (
     Approval,
@@ -489,7 +489,9 @@ def change_request_rebase(
 @transaction.atomic
 def change_request_from_working_copy(*, actor: Actor, title: str = "") -> ChangeRequest:
     """Open a change request of every difference between the active version and the
-    rule tables (edits made there directly: the REST CRUD endpoints, commands)."""
+    rule tables (edits made there directly: the REST CRUD endpoints, commands);
+    the product role's, like publishing the working copy."""
+    require_role(actor, Role.PRODUCT, to="propose the working copy's edits")
     _, base = active_base()
     edits = documents_of_rules(base).edits_to(documents_of_tables())
     proposals = [Proposal(e.subject, e.key, e.after) for e in edits]
