@@ -31,7 +31,7 @@ class SnapshotAdmin(ReadOnlyAdmin):
         "status_text",
         "summary",
         "author",
-        "effective_at",
+        "effective",
         "change_count",
         "announced",
     )
@@ -116,6 +116,10 @@ class SnapshotAdmin(ReadOnlyAdmin):
             active_row = snapshot_get_active(light=True)
             active = active_row.version if active_row else None
         return row.status(active).label.split(":")[0]
+
+    @admin.display(description="effective", ordering="effective_at")
+    def effective(self, row):
+        return f"{row.effective_at:%Y-%m-%d %H:%M} UTC"
 
     @admin.display(description="message", ordering="message")
     def summary(self, row):
