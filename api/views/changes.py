@@ -60,6 +60,13 @@ class ChangeRequestFilter(django_filters.FilterSet):
         fields = ("state", "author", "origin")
 
 
+def _request_answer(row: ChangeRequest, context: dict, code: int) -> Response:
+    """A request as the API shows it, with what it would do now (its preview)."""
+    row = ChangeRequest.objects.prefetch_related("edits", "approvals").get(pk=row.pk)
+    context = {**context, "preview": change_request_preview(row)}
+    return Response(ChangeRequestSerializer(row, context=context).data, status=code)
+
+
 def _invalid_edits(exc: EditsInvalid) -> serializers.ValidationError:
     """Problems by edit and member: ``{"edits": {"0": {"limits[1].burst": [...]}}}``."""
     by_edit: dict[str, dict[str, list[str]]] = {}
@@ -219,9 +226,7 @@ class OverrideRenewView(APIView):
             Policy.objects.select_related("tenant", "route"), pk=pk
         )
         row = override_renew(policy=policy, actor=actor_from(request))
-        return ChangeRequestViewSet(request=request, format_kwarg=None)._answer(
-            row, status.HTTP_201_CREATED
-        )
+        return _request_answer(row, {"request": request}, status.HTTP_201_CREATED)
 
 
 def _read(data) -> object:

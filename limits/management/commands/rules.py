@@ -13,7 +13,7 @@ from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from limits.ascode.services import (
     rules_export,
@@ -26,6 +26,14 @@ from limits.management.commands.publish import _moment
 
 #: ``rules diff`` exits with this when the file and the active rules differ.
 DIFFERS = 2
+
+
+class ExitOneParser(CommandParser):
+    """argparse exits 2 on a usage error, which ``rules diff`` uses for "the file
+    differs": usage errors exit 1, like every other error."""
+
+    def exit(self, status=0, message=None):
+        super().exit(1 if status == DIFFERS else status, message)
 
 
 def actor_for(username: str | None, command: str) -> Actor:
@@ -46,8 +54,15 @@ class Command(BaseCommand):
         "apply FILE: open a change request of those changes (--publish to publish it)."
     )
 
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.__class__ = ExitOneParser
+        return parser
+
     def add_arguments(self, parser):
-        commands = parser.add_subparsers(dest="action", required=True)
+        commands = parser.add_subparsers(
+            dest="action", required=True, parser_class=ExitOneParser
+        )
         export = commands.add_parser("export", help="Write the active rules as YAML.")
         export.add_argument(
             "--output", "-o", help="Write to this file instead of standard output."

@@ -202,6 +202,8 @@ def test_round_trip__export_edit_diff_apply_into_a_fresh_database__same_bytes_an
     path.write_text(edited)
     diff = _manage("rules", "diff", str(path), db=here, redis=redis_server)
     assert diff.returncode == 2, diff.stderr
+    usage = _manage("rules", "diff", db=here, redis=redis_server)  # no file: an error
+    assert (usage.returncode, "required: file" in usage.stderr) == (1, True)
     assert (
         "raised   tier pro · search: per tenant: 50 / s, burst 100 → 80 / s, burst 160"
         in diff.stdout
