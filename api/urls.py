@@ -9,6 +9,13 @@ from api.views.announcements import (
     WebhookEndpointViewSet,
 )
 from api.views.audit import AuditEntryViewSet
+from api.views.changes import (
+    ChangeRequestViewSet,
+    OverrideRenewView,
+    RulesApplyView,
+    RulesDiffView,
+    RulesExportView,
+)
 from api.views.publishing import (
     ExplainView,
     FleetView,
@@ -42,6 +49,7 @@ router.register("gateway-tokens", GatewayTokenViewSet, basename="gateway-token")
 router.register("announcements", AnnouncementViewSet)
 router.register("webhook-endpoints", WebhookEndpointViewSet)
 router.register("deliveries", DeliveryViewSet)
+router.register("change-requests", ChangeRequestViewSet)
 
 urlpatterns = [
     # Gateways
@@ -62,5 +70,12 @@ urlpatterns = [
     path("snapshots/diff", SnapshotDiffView.as_view(), name="snapshot-diff"),
     path("explain", ExplainView.as_view(), name="explain"),
     path("fleet", FleetView.as_view(), name="fleet"),
+    # Change requests and rules as code
+    path(
+        "overrides/<int:pk>/renew", OverrideRenewView.as_view(), name="override-renew"
+    ),
+    path("rules/export", RulesExportView.as_view(), name="rules-export"),
+    path("rules/diff", RulesDiffView.as_view(), name="rules-diff"),
+    path("rules/apply", RulesApplyView.as_view(), name="rules-apply"),
     *router.urls,
 ]

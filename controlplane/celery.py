@@ -35,6 +35,12 @@ def schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
         expires=float(settings.SLUICE_STATS_INTERVAL),
     )
     sender.add_periodic_task(
+        float(settings.SLUICE_OVERRIDE_INTERVAL),
+        sender.signature("limits.overrides_maintain"),
+        name="remind of expiring overrides, prune expired ones",
+        expires=float(settings.SLUICE_OVERRIDE_INTERVAL),
+    )
+    sender.add_periodic_task(
         float(settings.SLUICE_STATS_PRUNE_INTERVAL),
         sender.signature("limits.stats_prune"),
         name="prune old statistics",

@@ -83,7 +83,7 @@ DATABASES = {
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "controlplane.apps.SluiceAdminConfig",  # django.contrib.admin, Sluice's home page
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -235,6 +235,20 @@ SLUICE_STATS_REJECTIONS_PER_TENANT = env_int("SLUICE_STATS_REJECTIONS_PER_TENANT
 SLUICE_STATS_LEDGER_RETENTION_DAYS = env_int("SLUICE_STATS_LEDGER_RETENTION_DAYS", 7)
 #: Seconds between two runs of the beat task that prunes old statistics.
 SLUICE_STATS_PRUNE_INTERVAL = env_int("SLUICE_STATS_PRUNE_INTERVAL", 3600)
+#: A change request that lowers anyone's limits needs a second product person's approval.
+SLUICE_APPROVAL_LOWERING = env_bool("SLUICE_APPROVAL_LOWERING", True)
+#: A change request that reaches more than this many tenants needs that approval too.
+SLUICE_APPROVAL_TENANTS = env_int("SLUICE_APPROVAL_TENANTS", 25)
+#: The longest a temporary override may last, in days from when it is set.
+SLUICE_OVERRIDE_MAX_DAYS = env_int("SLUICE_OVERRIDE_MAX_DAYS", 90)
+#: Reminders to an override's author and to support, this long before it expires.
+SLUICE_OVERRIDE_REMINDER = env_durations("SLUICE_OVERRIDE_REMINDER", "3d")
+#: Days a one-click renewal extends an override by (never past the maximum).
+SLUICE_OVERRIDE_RENEW_DAYS = env_int("SLUICE_OVERRIDE_RENEW_DAYS", 30)
+#: Days an expired override stays in the rules before beat prunes it.
+SLUICE_OVERRIDE_GRACE_DAYS = env_int("SLUICE_OVERRIDE_GRACE_DAYS", 7)
+#: Seconds between two runs of the beat task that reminds of and prunes overrides.
+SLUICE_OVERRIDE_INTERVAL = env_int("SLUICE_OVERRIDE_INTERVAL", 600)
 #: When set, GET /metrics requires "Authorization: Bearer <this token>".
 SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
 

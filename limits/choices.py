@@ -78,6 +78,7 @@ class AuditAction(models.TextChoices):
     TOKEN_CREATE = "token_create", "token created"
     TOKEN_REVOKE = "token_revoke", "token revoked"
     RESEND = "resend", "notification resent"
+    APPROVE = "approve", "change request approved"
 
 
 class SnapshotKind(models.TextChoices):

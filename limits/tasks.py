@@ -1,7 +1,7 @@
 """Every Celery task of the domain app: Celery's autodiscovery imports this module.
 
-Each package keeps its own tasks (``publishing``, ``announcements``, ``traffic``);
-this module only makes sure they are all registered.
+Each package keeps its own tasks (``publishing``, ``announcements``, ``traffic``,
+``changes``); this module only makes sure they are all registered.
 """
 
 from limits.announcements.tasks import (
@@ -9,6 +9,7 @@ from limits.announcements.tasks import (
     announcements_dispatch_due_task,
     delivery_send_task,
 )
+from limits.changes.tasks import overrides_maintain_task
 from limits.publishing.tasks import snapshot_activate_due_task
 from limits.traffic.tasks import decision_stream_aggregate_task, stats_prune_task
 
@@ -17,6 +18,7 @@ __all__ = [
     "announcements_dispatch_due_task",
     "decision_stream_aggregate_task",
     "delivery_send_task",
+    "overrides_maintain_task",
     "snapshot_activate_due_task",
     "stats_prune_task",
 ]

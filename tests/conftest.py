@@ -143,6 +143,16 @@ def no_notice_period(settings):
 
 
 @pytest.fixture
+def no_approval_rule(settings):
+    """For tests of publishing mechanics: a person may publish a lowering directly.
+
+    The approval rule itself is tested in ``tests/limits/changes/``.
+    """
+    settings.SLUICE_APPROVAL_LOWERING = False
+    settings.SLUICE_APPROVAL_TENANTS = 10**9
+
+
+@pytest.fixture
 def product_user(db):
     from tests.factories import UserFactory
 

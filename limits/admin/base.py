@@ -1,11 +1,13 @@
-"""Admin plumbing shared by the rule pages: every write goes through limits.rules.services."""
+"""Admin plumbing shared by the rule pages: forms checked by limits.rules.services,
+writes proposed as change requests (``limits.admin.proposing``)."""
 
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from limits.core.audit import Actor
 from limits.rules import services as rules
+
+from .proposing import ProposingAdmin
 
 
 class ServiceValidatedForm(forms.ModelForm):
@@ -34,18 +36,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class AuditedAdmin(admin.ModelAdmin):
-    """Saves and deletes through the services, which validate and write the audit log."""
+class AuditedAdmin(ProposingAdmin):
+    """Forms checked by the services; saves and deletes proposed as change requests,
+    audited when they are made and when they are published."""
 
     form = ServiceValidatedForm
     readonly_fields = ("revision", "created_at", "updated_at")
-
-    def save_model(self, request, obj, form, change):
-        rules.rule_save(obj=obj, actor=Actor.from_request(request))
-
-    def delete_model(self, request, obj):
-        rules.rule_delete(obj=obj, actor=Actor.from_request(request))
-
-    def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            self.delete_model(request, obj)

@@ -8,6 +8,7 @@ from django.forms.models import BaseInlineFormSet
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from limits.changes.previews import edits_pending_for
 from limits.choices import Role, ScopeKind
 from limits.core.audit import Actor
 from limits.core.roles import can_edit_policy, user_role
@@ -17,10 +18,12 @@ from limits.versions.explain import effective_limits
 
 from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin
+from .proposing import ProposingAdmin, key_of, proposal_of
 
 
 @admin.register(Tier)
 class TierAdmin(AuditedAdmin):
+    subject = "tier"
     list_display = ("name", "slug", "position", "tenant_count", "updated_at")
     search_fields = ("slug", "name", "description")
     list_filter = ("created_at",)
@@ -36,6 +39,7 @@ class TierAdmin(AuditedAdmin):
 
 @admin.register(Tenant)
 class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
+    subject = "tenant"
     list_display = ("slug", "name", "tier", "updated_at")
     list_filter = ("tier",)
     search_fields = ("slug", "name", "contact_emails")
@@ -45,7 +49,7 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
         "changelog_link",
         *AuditedAdmin.readonly_fields,
     )
-    actions = ["issue_changelog_link", "revoke_changelog_link"]
+    actions = ["issue_changelog_link", "revoke_changelog_link", "propose_removal"]
 
     @admin.display(description="effective limits (working copy)")
     def effective_limits_table(self, tenant):
@@ -59,6 +63,7 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
 
 @admin.register(Route)
 class RouteAdmin(AuditedAdmin):
+    subject = "route"
     list_display = (
         "slug",
         "methods_text",
@@ -108,10 +113,32 @@ class LimitFormSet(BaseInlineFormSet):
             return
 
 
-class LimitInline(admin.TabularInline):
+class LimitInline(admin.StackedInline):
+    """The limits of a policy: what product people set on one line, the expert
+    settings (hot keys, a concurrency slot's timeout) folded away."""
+
     model = Limit
     formset = LimitFormSet
-    fields = (*Limit.SETTINGS, "reads_as")
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("kind", "dimension", "rate", "period", "burst"),
+                    ("cost", "max_inflight", "shadow", "reads_as"),
+                )
+            },
+        ),
+        (
+            "Expert settings: hot keys and slot timeout",
+            {
+                "fields": (("shards", "lease", "lease_ms", "timeout"),),
+                "classes": ("collapse",),
+                "description": "Shards or leases for a key too hot for one Redis key; "
+                "how long a concurrency slot a crashed gateway never released counts.",
+            },
+        ),
+    )
     readonly_fields = ("reads_as",)
     extra = 0
     min_num = 1
@@ -166,7 +193,8 @@ class PolicyForm(forms.ModelForm):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(ProposingAdmin):
+    subject = "policy"
     form = PolicyForm
     inlines = [LimitInline]
     list_display = (
@@ -209,6 +237,14 @@ class PolicyAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("limits")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        policy = self.get_object(request, object_id)
+        pending = edits_pending_for("policy", [key_of(policy)]) if policy else []
+        extra = {"pending_edits": pending}
+        return super().change_view(
+            request, object_id, form_url, {**extra, **(extra_context or {})}
+        )
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)
@@ -260,25 +296,18 @@ class PolicyAdmin(admin.ModelAdmin):
         return user_role(request.user) != Role.SUPPORT or policy.expires_at is not None
 
     def save_model(self, request, obj, form, change):
-        """Deferred to save_related: the policy and its limits are saved and audited together."""
+        """Deferred to save_related: the policy is proposed whole, with its limits."""
 
     def save_related(self, request, form, formsets, change):
         (limit_formset,) = formsets
-        limit_formset.save(
-            commit=False
-        )  # fills new/changed/deleted_objects for the history
-        rules.policy_save(
-            policy=form.instance,
-            limits=limit_formset.final_limits(),
-            actor=Actor.from_request(request),
-        )
-
-    def delete_model(self, request, obj):
-        rules.rule_delete(obj=obj, actor=Actor.from_request(request))
+        limit_formset.save(commit=False)  # fills new/changed/deleted_objects
+        limits = limit_formset.final_limits()
+        self.propose(request, proposal_of("policy", form.instance, limits=limits))
 
     def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            self.delete_model(request, obj)
+        super().delete_queryset(
+            request, [obj for obj in queryset if not obj.is_default]
+        )
 
     @admin.display(description="route", ordering="route__slug")
     def route_name(self, policy):

@@ -13,6 +13,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from limits.models import Snapshot
+from limits.templatetags.sluice_words import shorten
 from limits.versions.selectors import snapshot_get_active, snapshot_list
 
 from . import publishing
@@ -23,19 +24,18 @@ from .base import ReadOnlyAdmin
 class SnapshotAdmin(ReadOnlyAdmin):
     """Published versions, newest first; nobody can add, change or delete one here."""
 
+    # What a reader scans for; publish and activation times, origin, hash and sizes
+    # are on each version's page (the list fits a 1,280 px window without scrolling).
     list_display = (
         "version",
         "status_text",
-        "message",
+        "summary",
         "author",
-        "published_at",
-        "effective_at",
-        "activated_at",
-        "origin",
+        "effective",
         "change_count",
         "announced",
     )
-    list_display_links = ("version", "message")
+    list_display_links = ("version", "summary")
     search_fields = ("message", "author", "hash")
     list_filter = ("kind", "author")
     fields = (
@@ -117,6 +117,14 @@ class SnapshotAdmin(ReadOnlyAdmin):
             active = active_row.version if active_row else None
         return row.status(active).label.split(":")[0]
 
+    @admin.display(description="effective", ordering="effective_at")
+    def effective(self, row):
+        return f"{row.effective_at:%Y-%m-%d %H:%M} UTC"
+
+    @admin.display(description="message", ordering="message")
+    def summary(self, row):
+        return shorten(row.message, 70)
+
     @admin.display(description="origin")
     def origin(self, row):
         if row.restored_version:
@@ -143,10 +151,10 @@ class SnapshotAdmin(ReadOnlyAdmin):
             return format_html(
                 '<a href="{}"><strong style="color:#b71c1c">EMERGENCY</strong></a>: {}',
                 url,
-                announcement.emergency_reason,
+                shorten(announcement.emergency_reason, 60),
             )
         said = announcement.note or ("notice given" if announcement.lowers else "note")
-        return format_html('<a href="{}">{}</a>', url, said[:80])
+        return format_html('<a href="{}">{}</a>', url, shorten(said, 60))
 
     @admin.display(description="superseded")
     def superseded_text(self, row):

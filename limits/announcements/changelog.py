@@ -87,6 +87,7 @@ class ChangelogEntry:
     emergency: bool
     note: str
     changes: list[dict]
+    replaced_by: int | None = None  #: for a cancelled version: the one that replaced it
 
     @property
     def lowers(self) -> bool:
@@ -102,6 +103,7 @@ class ChangelogEntry:
             "note": self.note,
             "lowers": self.lowers,
             "changes": self.changes,
+            "replaced_by": self.replaced_by,
         }
 
 
@@ -131,6 +133,7 @@ def entry_of(
         emergency=announcement.is_emergency,
         note=announcement.note,
         changes=changes,
+        replaced_by=snapshot.superseded_by,
     )
 
 

@@ -53,9 +53,20 @@ def announcement_create(
     note: str,
     emergency_reason: str,
     notice_days: int,
+    continues: Announcement | None = None,
 ) -> Announcement:
     """Store what is said about ``snapshot`` (whose ``diff`` against its parent is
-    given typed, as it was just built); notify the tenants once it commits."""
+    given typed, as it was just built); notify the tenants once it commits.
+
+    ``continues`` is the announcement of the scheduled version ``snapshot``
+    re-issues (a change carried into it): when that one was sent and ``diff``
+    lowers nothing it did not, tenants were told already, so no one is notified
+    again and its reminders carry on from where they were.
+    """
+    told = continues is not None and continues.notified_at is not None
+    if told:
+        announced = set(RulesDiff.from_json(continues.snapshot.diff).lowered())
+        told = set(diff.lowered()) <= announced
     announcement = Announcement.objects.create(
         snapshot=snapshot,
         note=note.strip(),
@@ -63,8 +74,11 @@ def announcement_create(
         lowers=diff.lowers,
         notice_days=notice_days,
         public_changes=public_changes(diff),
+        notified_at=continues.notified_at if told else None,
+        reminded=list(continues.reminded) if told else [],
     )
-    enqueue_on_commit(NOTIFY_TASK, announcement.pk)
+    if not told:
+        enqueue_on_commit(NOTIFY_TASK, announcement.pk)
     return announcement
 
 

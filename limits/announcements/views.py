@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from limits.announcements.changelog import changelog_entries, changelog_entry
 from limits.announcements.tenant_links import tenant_link_resolve, tenant_overview
+from limits.versions.selectors import snapshot_get_active
 
 __all__ = [
     "changelog_index",
@@ -28,10 +29,17 @@ _PUBLIC = cache_control(public=True, max_age=60)
 @require_GET
 @_PUBLIC
 def changelog_index(request):
-    """Every version with public changes, latest effective time first."""
-    return TemplateResponse(
-        request, "changelog/index.html", {"entries": changelog_entries()}
-    )
+    """Every version with public changes, latest effective time first, and which
+    version is in effect now (listed or not: its changes may all be private)."""
+    entries = changelog_entries()
+    active = snapshot_get_active(light=True)
+    context = {
+        "entries": entries,
+        "in_effect": active,
+        "in_effect_listed": bool(active)
+        and any(entry.version == active.version for entry in entries),
+    }
+    return TemplateResponse(request, "changelog/index.html", context)
 
 
 @require_GET

@@ -52,8 +52,16 @@ def can_edit_policy(user: Any, *, scope: str | None) -> bool:
 
 # Permissions no role gets: the audit log is written by services only.
 _NEVER = {"add_auditentry", "change_auditentry", "delete_auditentry"}
-# Support also manages how tenants are told: endpoints, resends, private links.
-_SUPPORT_EDITS = {"policy", "limit", "webhookendpoint", "delivery", "tenantlink"}
+# Support also manages how tenants are told (endpoints, resends, private links)
+# and its own change requests.
+_SUPPORT_EDITS = {
+    "policy",
+    "limit",
+    "webhookendpoint",
+    "delivery",
+    "tenantlink",
+    "changerequest",
+}
 
 
 def role_permissions(role: Role, codenames: set[str]) -> set[str]:

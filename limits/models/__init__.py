@@ -4,6 +4,8 @@ from .announcements import *  # noqa: F403
 from .announcements import __all__ as _announcements
 from .audit import *  # noqa: F403
 from .audit import __all__ as _audit
+from .changes import *  # noqa: F403
+from .changes import __all__ as _changes
 from .deliveries import *  # noqa: F403
 from .deliveries import __all__ as _deliveries
 from .limits import *  # noqa: F403
@@ -26,4 +28,5 @@ __all__ = [
     *_tokens,
     *_announcements,
     *_deliveries,
+    *_changes,
 ]

@@ -4,6 +4,9 @@ They are the working copy. Gateways never read them: a publish compiles them
 into an immutable snapshot (``limits.publishing.services``).
 """
 
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
@@ -17,7 +20,7 @@ from sluice.snapshot import ALL_ROUTES, scope_key
 
 from .base import RuleModel
 
-__all__ = ["Policy", "Route", "Tenant", "Tier"]
+__all__ = ["Policy", "Route", "Tenant", "Tier", "override_expiry_error"]
 
 slug_validator = RegexValidator(
     r"^[a-z0-9][a-z0-9_-]{0,62}$",
@@ -35,6 +38,29 @@ def validate_path_pattern(value: str) -> None:
         parse_path_pattern(value)
     except PatternError as exc:
         raise ValidationError(f"Not a valid path pattern: {exc}.") from None
+
+
+def override_expiry_error(
+    expires_at: datetime, *, now: datetime | None = None
+) -> str | None:
+    """Why ``expires_at`` cannot end a temporary override set at ``now``, or None.
+
+    An override is temporary: it ends in the future, and no later than
+    ``settings.SLUICE_OVERRIDE_MAX_DAYS`` from now (a raise "for a while" that
+    lasts five years is a permanent policy nobody reviewed).
+    """
+    now = now or timezone.now()
+    if expires_at <= now:
+        return "The expiry must be in the future."
+    days = int(settings.SLUICE_OVERRIDE_MAX_DAYS)
+    latest = now + timedelta(days=days)
+    if expires_at > latest:
+        return (
+            f"An override lasts at most {days} days (SLUICE_OVERRIDE_MAX_DAYS): "
+            f"choose an expiry before {latest:%Y-%m-%d %H:%M} UTC, or make it a "
+            "permanent tenant policy."
+        )
+    return None
 
 
 class Tier(RuleModel):
@@ -234,8 +260,8 @@ class Policy(RuleModel):
         if self.expires_at is not None:
             if self.scope != ScopeKind.TENANT:
                 errors["expires_at"] = "Only tenant policies can expire."
-            elif self.expires_at <= timezone.now():
-                errors["expires_at"] = "The expiry must be in the future."
+            elif problem := override_expiry_error(self.expires_at):
+                errors["expires_at"] = problem
             if not self.reason.strip():
                 errors["reason"] = "A temporary override needs a reason."
         if errors:

@@ -13,7 +13,9 @@ for the activation rules (active, scheduled, superseded).
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -25,8 +27,9 @@ from limits.announcements.services import announcement_create
 from limits.choices import AuditAction, SnapshotKind
 from limits.core.audit import Actor, audit_record
 from limits.core.roles import require_publisher
-from limits.diff.diffing import rules_diff
+from limits.diff.diffing import RulesDiff, rules_diff
 from limits.gateways.bundle import snapshot_bundle_refresh
+from limits.publishing.approval import require_no_approval
 from limits.publishing.notice import notice_check, notice_days
 from limits.publishing.problems import InvalidRules, NothingToPublish, problem_text
 from limits.rules.compiling import (
@@ -42,9 +45,11 @@ from sluice.validation import validate_rules
 __all__ = [
     "InvalidRules",
     "NothingToPublish",
+    "activate_due",
     "limit_to_snapshot",
     "policy_to_snapshot",
     "problem_text",
+    "publish_times",
     "publishing_lock",
     "require_publisher",
     "route_to_snapshot",
@@ -52,6 +57,7 @@ __all__ = [
     "snapshot_activate_due",
     "snapshot_publish",
     "snapshot_store",
+    "version_in_force",
 ]
 
 
@@ -83,8 +89,10 @@ def snapshot_publish(
     Takes effect now, or at ``effective_at`` (in the future). ``note`` is the
     public note of its announcement; ``emergency_reason`` lets a lowering take
     effect before the notice period ends (``limits.publishing.notice``) and marks it as an
-    emergency. Raises InvalidRules (nothing written), NothingToPublish,
-    NoticePeriodTooShort, ValidationError for a bad message or time,
+    emergency. A person may not publish this way a change that needs approval
+    (``limits.publishing.approval``): that goes through a change request. Raises
+    InvalidRules (nothing written), NothingToPublish, NoticePeriodTooShort,
+    ApprovalRequired, ValidationError for a bad message or time,
     PermissionDenied for a role that may not publish.
     """
     require_publisher(actor)
@@ -96,6 +104,7 @@ def snapshot_publish(
         effective_at=effective_at,
         note=note,
         emergency_reason=emergency_reason,
+        check=partial(require_no_approval, actor),
     )
 
 
@@ -108,26 +117,39 @@ def snapshot_store(
     restored_version: int | None = None,
     note: str = "",
     emergency_reason: str = "",
+    check: Callable[[RulesDiff], None] | None = None,
+    keep_scheduled: bool = False,
+    replaces: models.Snapshot | None = None,
 ) -> models.Snapshot:
     """Store ``rules`` as the next version, with its announcement; call with
-    :func:`publishing_lock` held."""
+    :func:`publishing_lock` held.
+
+    ``check`` may refuse the diff once it is known (the approval rule).
+    ``keep_scheduled`` leaves scheduled versions alone (a change request carries
+    its edits into them instead, ``limits.changes.publishing``); ``replaces`` is
+    the scheduled version this one re-issues with such a change carried in: it
+    supersedes that version only, counts the notice of what that version already
+    announced from when it was published, and continues its announcement.
+    """
     problems = validate_rules(rules)
     if problems:
         raise InvalidRules(problems)
     now = timezone.now()
-    published_at, effective = _times(now, effective_at)
-    parent = _parent(effective)
+    published_at, effective = publish_times(now, effective_at)
+    parent = version_in_force(effective)
     unchanged = parent is not None and parent.rules_digest == rules.digest()
-    if unchanged and not _doomed(effective).exists():  # superseding is a change
-        raise NothingToPublish(parent.version)
+    if unchanged and not replaces and not _doomed(effective).exists():
+        raise NothingToPublish(parent.version)  # superseding is a change
     diff = rules_diff(snapshot_rules(parent) if parent else None, rules, at=effective)
+    if check is not None and parent is not None:  # a first version replaces nothing
+        check(diff)
     row = _snapshot_row(
         rules, parent, published_at, effective, diff=diff, message=_message(message)
     )
     emergency_reason = emergency_reason.strip()
     notice_check(
         diff=diff,
-        published_at=published_at,
+        published_at=_notice_start(diff, published_at, replaces),
         effective_at=effective,
         emergency_reason=emergency_reason,
     )
@@ -135,13 +157,14 @@ def snapshot_store(
     row.restored_version = restored_version
     row.author, row.author_id = actor.username, getattr(actor.user, "pk", None)
     row.save()
-    superseded = _supersede(row, now)
+    superseded = [] if keep_scheduled else _supersede(row, now, only=replaces)
     announced = announcement_create(
         snapshot=row,
         diff=diff,
         note=note,
         emergency_reason=emergency_reason,
         notice_days=notice_days(),
+        continues=replaces.announcement if replaces else None,
     )
     audit_record(
         actor=actor,
@@ -195,7 +218,11 @@ def _due(now: datetime):
     )
 
 
-def _times(now: datetime, effective_at: datetime | None) -> tuple[datetime, datetime]:
+def publish_times(
+    now: datetime, effective_at: datetime | None
+) -> tuple[datetime, datetime]:
+    """(published at, effective at) of a publish at ``now``, in whole seconds; a
+    ValidationError on ``effective_at`` when it has no zone or is not in the future."""
     published_at = now.replace(microsecond=0)
     if effective_at is None:
         return published_at, published_at
@@ -218,7 +245,7 @@ def _message(message: str) -> str:
     return message.strip()
 
 
-def _parent(effective: datetime) -> models.Snapshot | None:
+def version_in_force(effective: datetime) -> models.Snapshot | None:
     """The version in force just before ``effective``: the one the new version replaces.
 
     Active or past versions, and scheduled ones that take effect earlier; a
@@ -259,9 +286,25 @@ def _snapshot_row(rules, parent, published_at, effective, *, diff, message):
     )
 
 
-def _supersede(row: models.Snapshot, now: datetime) -> list[int]:
-    """Scheduled versions that would take effect no sooner than ``row`` never will."""
+def _notice_start(
+    diff: RulesDiff, published_at: datetime, replaces: models.Snapshot | None
+) -> datetime:
+    """When the notice of ``diff``'s lowerings started: at publishing, or, for a
+    re-issue that lowers nothing its original did not, when that was published."""
+    if replaces is None:
+        return published_at
+    announced = set(RulesDiff.from_json(replaces.diff).lowered())
+    return replaces.published_at if set(diff.lowered()) <= announced else published_at
+
+
+def _supersede(
+    row: models.Snapshot, now: datetime, *, only: models.Snapshot | None = None
+) -> list[int]:
+    """Scheduled versions that would take effect no sooner than ``row`` never will
+    (with ``only``: that one version, which ``row`` re-issues)."""
     doomed = _doomed(row.effective_at).filter(version__lt=row.version)
+    if only is not None:
+        doomed = doomed.filter(pk=only.pk)
     versions = sorted(doomed.values_list("version", flat=True))
     doomed.update(superseded_at=now, superseded_by=row.version)
     return versions

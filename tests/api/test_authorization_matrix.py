@@ -11,6 +11,8 @@ import yaml
 from django.test import Client
 from django.utils import timezone
 
+from limits.ascode.services import rules_export
+from limits.changes.services import Proposal, change_request_open
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
 from limits.models import ApiToken, AuditEntry, GatewayToken
@@ -28,6 +30,21 @@ SUPPORT_WRITES = (
     "/api/v1/deliveries",
 )
 OWN_TOKENS = "/api/v1/tokens"
+# Support proposes and publishes its own override requests (the services refuse the rest)
+SUPPORT_PROPOSES = (
+    "/api/v1/change-requests",
+    "/api/v1/rules/apply",
+    "/api/v1/overrides",
+)
+# The request in the matrix is the system's: support may not act on it, product may
+NOT_SUPPORTS = {
+    "/api/v1/change-requests/{id}/approve",
+    "/api/v1/change-requests/{id}/publish",
+    "/api/v1/change-requests/{id}/rebase",
+    "/api/v1/change-requests/{id}/withdraw",
+    "/api/v1/change-requests/from-working-copy",
+}
+READS_BY_POST = {("post", "/api/v1/rules/diff")}  # a file in the body: still a read
 
 
 def _operations():
@@ -53,7 +70,11 @@ def expected(principal: str, method: str, path: str) -> str:
         return "forbidden"
     if path.startswith(OWN_TOKENS) or method == "get" or principal == "product":
         return "allowed"
-    if principal == "support" and path.startswith(SUPPORT_WRITES):
+    if (method, path) in READS_BY_POST:
+        return "allowed"
+    if principal == "support" and path in NOT_SUPPORTS:
+        return "forbidden"
+    if principal == "support" and path.startswith(SUPPORT_WRITES + SUPPORT_PROPOSES):
         return "allowed"
     return "forbidden"
 
@@ -71,6 +92,10 @@ def world(
     override = PolicyFactory(override=True, tenant=rules["acme"], route=rules["search"])
     with django_capture_on_commit_callbacks(execute=True):
         snapshot_publish(actor=Actor.system(), message="v1")
+    exported = rules_export()
+    request = change_request_open(
+        actor=Actor.system(), proposals=[Proposal("policy", "", _override_doc())]
+    )
     gateway = GatewayToken(name="gw")
     secrets = {"gateway": token_create(token=gateway, actor=Actor.system())}
     spare = {}
@@ -102,10 +127,25 @@ def world(
         },
         "spare": {name: token.pk for name, token in spare.items()},
         "override": override,
+        "change_request": request.pk,
+        "exported": exported,
+    }
+
+
+def _override_doc(route: str = "orders.read") -> dict:
+    later = (timezone.now() + timedelta(days=1)).replace(microsecond=0)
+    return {
+        "scope": "tenant:acme",
+        "route": route,
+        "expires_at": later.isoformat(),
+        "reason": "matrix",
+        "limits": [{"dimension": "tenant", "rate": 9, "period": "second", "burst": 20}],
     }
 
 
 def _url(world, path: str, principal: str) -> str:
+    if path.startswith("/api/v1/change-requests/{id}"):
+        return path.replace("{id}", str(world["change_request"]))
     if path == "/api/v1/tokens/{id}":
         return f"/api/v1/tokens/{world['spare'].get(principal, 0)}"
     if path in world["ids"]:
@@ -143,8 +183,20 @@ def _body(world, method: str, path: str) -> dict:
         },
         "/api/v1/snapshots/publish": {"message": "m"},
         "/api/v1/snapshots/{version}/rollback": {"message": "m"},
+        "/api/v1/change-requests": {
+            "edits": [{"object": "policy", "value": _override_doc("search")}]
+        },
+        "/api/v1/rules/diff": {"document": world["exported"]},
+        "/api/v1/rules/apply": {"document": _with_override(world["exported"])},
     }
     return bodies.get(path, {"name": "matrix-token"} if "tokens" in path else {})
+
+
+def _with_override(exported: str) -> str:
+    """The exported rules with one more override: what support may apply."""
+    data = yaml.safe_load(exported)
+    data["policies"].append(_override_doc("search"))
+    return yaml.safe_dump(data)
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)

@@ -8,7 +8,10 @@ from django.utils import timezone
 from limits.choices import AuditAction
 from limits.models import AuditEntry, GatewayToken, Limit, Snapshot
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("no_notice_period", "no_approval_rule"),
+]
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from tests.browser.conftest import login, save_screenshot
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.usefixtures("no_approval_rule")  # approval: tests/browser/test_workflow.py
 def test_product__lowers_free_search_with_notice__changelog_shows_it(page):
     # Given a product manager / When they lower the free tier's search limit
     login(page, "product")
@@ -23,20 +24,21 @@ def test_product__lowers_free_search_with_notice__changelog_shows_it(page):
     page.fill(f"#id_limits-{index}-rate", "3")
     page.fill(f"#id_limits-{index}-burst", "6")
     page.click("input[name=_save]")
-    page.wait_for_url("**/admin/limits/policy/")
-    # And open the Publish page, which shows the change and the notice period
-    page.goto("/admin/limits/snapshot/publish/")
+    page.wait_for_url("**/admin/limits/changerequest/*/change/")
+    # And open its change request's Publish page: the change and the notice period
+    page.click("#publish-link")
+    page.wait_for_url("**/publish/")
     body = page.text_content("#content-main")
     assert "lowered" in body
     assert "5 / s, burst 10 → 3 / s, burst 6" in body
     assert "notice" in body.lower()
     # And publish it to take effect in 15 days, with a note for customers
     effective = (datetime.now(UTC) + timedelta(days=15)).strftime("%Y-%m-%dT%H:%M")
-    page.fill("#id_message", "Free search costs us too much.")
     page.fill("#id_effective_at", effective)
     page.fill("#id_note", "Free search is lowered to protect paid tiers.")
     page.click("input[value=Publish]")
-    page.wait_for_url("**/admin/limits/snapshot/**")
+    page.wait_for_url("**/admin/limits/changerequest/*/change/")
+    assert "taking effect" in page.text_content(".messagelist")
     # Then the public changelog lists it as upcoming, in words
     page.goto("/changelog/")
     changelog = page.text_content("body")
@@ -60,10 +62,13 @@ def test_support__temporary_raise_for_a_tenant__explain_confirms_it(page):
     page.fill("#id_limits-0-rate", "50")
     page.fill("#id_limits-0-burst", "100")
     page.click("input[name=_save]")
-    page.wait_for_url("**/admin/limits/policy/")
-    # And use Explain on the working copy
+    page.wait_for_url("**/admin/limits/changerequest/*/change/")
+    # And publish its change request, then use Explain on the active version
+    page.click("#publish-link")
+    page.click("input[value=Publish]")
+    page.wait_for_url("**/admin/limits/changerequest/*/change/")
     page.goto(
-        "/admin/limits/snapshot/explain/?source=working&tenant=initech&route=search"
+        "/admin/limits/snapshot/explain/?source=active&tenant=initech&route=search"
     )
     # Then the override applies, over the tier's policy, until its expiry
     explanation = page.text_content("#explanation")

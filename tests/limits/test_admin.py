@@ -6,9 +6,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from limits.changes.publishing import change_request_publish
 from limits.choices import AuditAction, ScopeKind
 from limits.core.audit import Actor
-from limits.models import AuditEntry, Policy, Tier
+from limits.models import AuditEntry, ChangeRequest, Policy, Tier
+from limits.publishing.services import snapshot_publish
 from limits.rules import services as rules
 from tests.factories import (
     PolicyFactory,
@@ -139,7 +141,7 @@ def _policy_form(scope, limits, **fields):
     return data
 
 
-def test_policy_add__product_with_inline_limits__saved_and_audited_with_request(
+def test_policy_add__product_with_inline_limits__proposed_and_audited_with_request(
     client, product_user
 ):
     # Given a product person and a tier
@@ -157,20 +159,24 @@ def test_policy_add__product_with_inline_limits__saved_and_audited_with_request(
     response = client.post(
         _url("policy", action="add"), form, HTTP_X_REQUEST_ID="trace-123"
     )
-    # Then it is saved with its limits and audited once, with the request id
+    # Then it is an edit of their draft change request, not live, and audited with
+    # the request id; the rule tables do not change until it is published
     assert response.status_code == 302, response.content.decode()[:2000]
-    policy = Policy.objects.get(tier=tier)
-    assert sorted(limit.describe() for limit in policy.limits.all()) == [
-        "per tenant: 5 / s, burst 10",
-        "per user: 2 / s, burst 5",
-    ]
-    entry = AuditEntry.objects.get(object_type="policy", object_id=str(policy.pk))
+    request = ChangeRequest.objects.get(author=product_user, state="draft")
+    assert response["Location"] == _url("changerequest", request)
+    (edit,) = request.edits.all()
+    assert (edit.subject, edit.key, edit.before) == ("policy", "tier:free/*", None)
+    assert [limit["dimension"] for limit in edit.after["limits"]] == ["tenant", "user"]
+    assert not Policy.objects.filter(tier=tier).exists()
+    entry = AuditEntry.objects.get(object_type="changerequest")
     assert (entry.actor, entry.request_id, entry.source_ip) == (
         "pat-product",
         "trace-123",
         "127.0.0.1",
     )
-    assert len(entry.after["limits"]) == 2
+    assert entry.after["edits"][0]["key"] == "tier:free/*"
+    page = client.get(response["Location"]).content.decode()
+    assert "Not live yet." in page
 
 
 def test_policy_add__burst_below_route_cost__error_shown_and_nothing_saved(
@@ -213,7 +219,7 @@ def test_policy_add__support_override_without_expiry__asked_for_one(
     assert not Policy.objects.filter(tenant=tenant).exists()
 
 
-def test_policy_add__support_override_with_reason_and_expiry__saved(
+def test_policy_add__support_override_with_reason_and_expiry__proposed(
     client, support_user
 ):
     tenant = TenantFactory(slug="acme")
@@ -229,9 +235,30 @@ def test_policy_add__support_override_with_reason_and_expiry__saved(
     )
     response = client.post(_url("policy", action="add"), form)
     assert response.status_code == 302, response.content.decode()[:3000]
-    override = Policy.objects.get(tenant=tenant)
-    assert override.expires_at is not None
-    assert AuditEntry.objects.get(object_type="policy").reason == "incident 9"
+    (edit,) = ChangeRequest.objects.get(author=support_user).edits.all()
+    assert edit.key == "tenant:acme/*~"
+    assert edit.after["reason"] == "incident 9"
+    assert edit.after["expires_at"].endswith("12:00:00Z")
+
+
+def test_policy_add__support_override_longer_than_the_maximum__field_error(
+    client, support_user
+):
+    tenant = TenantFactory(slug="acme")
+    client.force_login(support_user)
+    far = timezone.now() + timedelta(days=5 * 365)
+    form = _policy_form(
+        ScopeKind.TENANT,
+        [{"rate": "50", "burst": "100"}],
+        tenant=tenant.pk,
+        reason="temporary, they said",
+        expires_at_0=far.strftime("%Y-%m-%d"),
+        expires_at_1="12:00:00",
+    )
+    response = client.post(_url("policy", action="add"), form)
+    assert response.status_code == 200
+    assert "An override lasts at most 90 days" in response.content.decode()
+    assert not ChangeRequest.objects.exists()
 
 
 def test_default_policy__admin_delete__not_offered(client, product_user):
@@ -240,13 +267,33 @@ def test_default_policy__admin_delete__not_offered(client, product_user):
     assert client.get(_url("policy", default, action="delete")).status_code == 403
 
 
-def test_tier_delete__through_admin__audited(client, product_user):
+def test_tier_delete__published_tier__proposed_then_removed_audited_on_publish(
+    client, product_user
+):
+    TierFactory(slug="unused", name="Unused")
+    snapshot_publish(actor=Actor.system(), message="v1")
+    tier = Tier.objects.get(slug="unused")
+    client.force_login(product_user)
+    response = client.post(_url("tier", tier, action="delete"), {"post": "yes"})
+    assert response.status_code == 302
+    request = ChangeRequest.objects.get(author=product_user)
+    assert Tier.objects.filter(slug="unused").exists()  # not live yet
+    change_request_publish(change_request=request, actor=Actor.system())
+    assert not Tier.objects.filter(slug="unused").exists()
+    entry = AuditEntry.objects.get(action=AuditAction.DELETE, object_type="tier")
+    assert entry.reason == f"change request #{request.pk}: Remove tier unused"
+
+
+def test_tier_delete__never_published__deleted_from_the_working_copy_audited(
+    client, product_user
+):
     tier = TierFactory(slug="unused")
     client.force_login(product_user)
     response = client.post(_url("tier", tier, action="delete"), {"post": "yes"})
     assert response.status_code == 302
     assert not Tier.objects.filter(slug="unused").exists()
     assert AuditEntry.objects.get(action=AuditAction.DELETE).object_repr == "Unused"
+    assert not ChangeRequest.objects.exists()
 
 
 def test_tenant_page__effective_limits__computed_by_the_resolver(client, viewer_user):

@@ -21,6 +21,7 @@ def _messages(response) -> str:
     return " ".join(str(m) for m in get_messages(response.wsgi_request))
 
 
+@pytest.mark.usefixtures("no_approval_rule")
 def test_publish_page__lowering__notice_shown_then_emergency_publish_marked(
     client, product, rules, published
 ):

@@ -16,7 +16,7 @@ from limits.models import Limit, Route, Snapshot
 from limits.publishing.services import snapshot_publish
 
 # These tests are about publishing mechanics, not the notice period.
-pytestmark = pytest.mark.usefixtures("no_notice_period")
+pytestmark = pytest.mark.usefixtures("no_notice_period", "no_approval_rule")
 
 PUBLISH = reverse("admin:limits_snapshot_publish")
 VERSIONS = reverse("admin:limits_snapshot_changelist")

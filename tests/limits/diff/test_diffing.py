@@ -26,7 +26,7 @@ from sluice import (
 from tests.client.strategies import NOW, limits, rule_sets
 
 # These tests are about publishing mechanics, not the notice period.
-pytestmark = pytest.mark.usefixtures("no_notice_period")
+pytestmark = pytest.mark.usefixtures("no_notice_period", "no_approval_rule")
 
 T, U, IP = Dimension.TENANT, Dimension.USER, Dimension.IP
 

@@ -20,6 +20,9 @@ from limits.rules.services import rule_delete
 from tests.factories import PolicyFactory, RouteFactory
 from tests.limits.announce_fixtures import lower_pro_search
 
+# A person publishing a lowering needs approval (tests/limits/changes/): not the subject here.
+pytestmark = pytest.mark.usefixtures("no_approval_rule")
+
 SYSTEM = Actor.system("test")
 DAY = timedelta(days=1)
 

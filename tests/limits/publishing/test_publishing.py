@@ -30,7 +30,7 @@ from tests.conftest import default_policy
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory
 
 # These tests are about publishing mechanics, not the notice period.
-pytestmark = pytest.mark.usefixtures("no_notice_period")
+pytestmark = pytest.mark.usefixtures("no_notice_period", "no_approval_rule")
 
 SYSTEM = Actor.system("test")
 

@@ -18,7 +18,7 @@ from limits.versions.selectors import snapshot_get_active
 from tests.factories import PolicyFactory, RouteFactory, TenantFactory
 
 # These tests are about publishing mechanics, not the notice period.
-pytestmark = pytest.mark.usefixtures("no_notice_period")
+pytestmark = pytest.mark.usefixtures("no_notice_period", "no_approval_rule")
 
 SYSTEM = Actor.system("test")
 

@@ -1,0 +1,353 @@
+"""Rules as code: export the active rules as a file, diff a file against them, apply one.
+
+* :func:`rules_export` writes the active version, with what snapshots do not
+  carry (names, contacts, descriptions, reasons) from the rule tables, as YAML
+  (``limits.ascode.yamlfile``): byte-stable, so exporting the same rules gives
+  the same bytes.
+* :func:`rules_file_read` reads a file and refuses it with every problem at its
+  line: YAML syntax, the schema (``docs/rules.schema.json``), each document,
+  then the rule set it makes (the checks gateways run).
+* :func:`rules_file_diff` compares a file with the active version: the changes
+  in words and the tenants they reach.
+* :func:`rules_file_apply` opens a change request of those changes through the
+  same services as the admin and the API, and publishes it on request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from limits.ascode.yamlfile import YamlData, rules_yaml, yaml_read
+from limits.changes.publishing import Published, change_request_publish
+from limits.changes.services import (
+    EditsInvalid,
+    Proposal,
+    active_base,
+    change_request_open,
+)
+from limits.core.audit import Actor
+from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
+from limits.models import ChangeOrigin, ChangeRequest
+from limits.rules.checks import document_problems, rules_problems
+from limits.rules.documents import (
+    Document,
+    Edit,
+    RuleDocuments,
+    document_key,
+    document_normalize,
+    documents_of_rules,
+    rules_with,
+)
+from limits.rules.schema import schema_errors
+from limits.versions.selectors import snapshot_get_active, snapshot_rules
+
+__all__ = [
+    "Applied",
+    "FileDiff",
+    "FileProblem",
+    "RulesFile",
+    "RulesFileInvalid",
+    "rules_export",
+    "rules_file_apply",
+    "rules_file_diff",
+    "rules_file_read",
+]
+
+Path = tuple[str | int, ...]
+_SECTIONS = {"tier": "tiers", "tenant": "tenants", "route": "routes"}
+
+
+def _dotted(path: Path) -> str:
+    text = ""
+    for part in path:
+        text += (
+            f"[{part}]"
+            if isinstance(part, int)
+            else (f".{part}" if text else str(part))
+        )
+    return text or "(the file)"
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """One problem of a rules file, at its line."""
+
+    line: int
+    path: Path
+    message: str
+
+    def shown(self, name: str) -> str:
+        """``rules.yaml:14: policies[3].limits[0].burst: ...``"""
+        return f"{name}:{self.line}: {_dotted(self.path)}: {self.message}"
+
+
+class RulesFileInvalid(ValidationError):
+    """The file cannot be used; ``problems`` name the line and member of each."""
+
+    def __init__(self, name: str, problems: list[FileProblem]) -> None:
+        self.name = name
+        self.problems = sorted(problems, key=lambda p: (p.line, _dotted(p.path)))
+        super().__init__(
+            [problem.shown(name) for problem in self.problems], code="invalid_file"
+        )
+
+
+@dataclass
+class RulesFile:
+    """A rules file read and checked: its documents as written (``raw``) and in
+    canonical form, and where each one is in the file."""
+
+    name: str
+    documents: RuleDocuments
+    raw: dict[tuple[str, str], Document]
+    paths: dict[tuple[str, str], Path]
+    parsed: YamlData
+
+    def problem(self, subject: str, key: str, path: Path, message: str) -> FileProblem:
+        full = (*self.paths.get((subject, key), ()), *path)
+        return FileProblem(self.parsed.line_of(full), full, message)
+
+
+def rules_export() -> str:
+    """The active version as a rules file; ValidationError before the first publish."""
+    row = snapshot_get_active()
+    if row is None:
+        raise ValidationError(
+            "Nothing is published yet: publish a first version (manage.py publish)."
+        )
+    return rules_yaml(documents_of_rules(snapshot_rules(row)))
+
+
+def rules_file_read(text: str, *, name: str = "rules.yaml") -> RulesFile:
+    """Read and check a rules file; RulesFileInvalid with every problem at its line."""
+    parsed = yaml_read(text)
+    if parsed.problems:
+        raise RulesFileInvalid(
+            name, [FileProblem(p.line, p.path, p.message) for p in parsed.problems]
+        )
+    found = [
+        FileProblem(parsed.line_of(path), path, message)
+        for path, message in schema_errors(parsed.data)
+    ]
+    if found:
+        raise RulesFileInvalid(name, found)
+    rules_file = _documents(parsed, name)
+    found = _document_problems(rules_file) or _set_problems(rules_file)
+    if found:
+        raise RulesFileInvalid(name, found)
+    return rules_file
+
+
+def _documents(parsed: YamlData, name: str) -> RulesFile:
+    data: dict[str, Any] = parsed.data
+    rules_file = RulesFile(name, RuleDocuments(), {}, {}, parsed)
+    duplicates = []
+    for subject, section in _SECTIONS.items():
+        for slug, doc in data[section].items():
+            rules_file.raw[(subject, slug)] = doc
+            rules_file.paths[(subject, slug)] = (section, slug)
+    for index, doc in enumerate(data["policies"]):
+        key = document_key("policy", doc)
+        if ("policy", key) in rules_file.paths:
+            first = rules_file.paths[("policy", key)]
+            said = f"the same policy as {_dotted(first)} (line {parsed.line_of(first)})"
+            duplicates.append(
+                FileProblem(
+                    parsed.line_of(("policies", index)), ("policies", index), said
+                )
+            )
+        rules_file.raw[("policy", key)] = doc
+        rules_file.paths[("policy", key)] = ("policies", index)
+    if duplicates:
+        raise RulesFileInvalid(name, duplicates)
+    return rules_file
+
+
+def _document_problems(rules_file: RulesFile) -> list[FileProblem]:
+    found = []
+    for (subject, key), doc in rules_file.raw.items():
+        for problem in document_problems(subject, key, doc, expiry=False):
+            found.append(
+                rules_file.problem(subject, key, problem.path, problem.message)
+            )
+    if not found:
+        for (subject, key), doc in rules_file.raw.items():
+            rules_file.documents.of(subject)[key] = document_normalize(subject, doc)
+    return found
+
+
+def _set_problems(rules_file: RulesFile) -> list[FileProblem]:
+    edits = [Edit(s, k, None, doc) for (s, k), doc in rules_file.raw.items()]
+    policies = {k: doc for (s, k), doc in rules_file.raw.items() if s == "policy"}
+    return [
+        rules_file.problem(p.subject, p.key, p.path, p.message)
+        for p in rules_problems(rules_with(EMPTY_RULES, edits), policies)
+    ]
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    """A rules file against the active version: every object that differs (``edits``,
+    including what only the rule tables hold) and the rules' diff in words."""
+
+    version: int | None
+    diff: RulesDiff
+    edits: list[Edit]
+
+    @property
+    def equal(self) -> bool:
+        return not self.edits
+
+    def text(self) -> str:
+        """The changes in words, each with whom it reaches, then the tenants reached."""
+        against = f"version {self.version} (active)" if self.version else "no version"
+        if self.equal:
+            return f"The file matches {against}.\n"
+        lines = [
+            f"The file differs from {against}: {len(self.edits)} object(s) change."
+        ]
+        told = set()
+        for change in self.diff.changes:
+            told.add((change.subject, change.key))
+            lines.append(f"  {change.kind.value:<8} {change.text}")
+            lines.append(f"           reaches: {_reach(change.affected)}")
+        for edit in self.edits:
+            if (edit.subject, edit.key) not in told:
+                lines.append(
+                    f"  {'changed':<8} {edit.subject} {edit.key}: {_metadata(edit)}"
+                )
+        tenants = self.diff.affected_tenants
+        shown = ", ".join(tenants[:50]) + (
+            f" and {len(tenants) - 50} more" if len(tenants) > 50 else ""
+        )
+        lines.append(f"Tenants reached ({len(tenants)}): {shown or 'none'}.")
+        if self.diff.lowers:
+            lines.append(
+                "Some client gets less than before: the notice period applies."
+            )
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict:
+        return {
+            "equal": self.equal,
+            "version": self.version,
+            "objects": [
+                {
+                    "object": e.subject,
+                    "key": e.key,
+                    "before": e.before,
+                    "after": e.after,
+                }
+                for e in self.edits
+            ],
+            "changes": self.diff.to_json(),
+            "text": self.text(),
+        }
+
+
+def _reach(affected) -> str:
+    parts = []
+    if affected.tiers:
+        tiers = ", ".join(affected.tiers)
+        parts.append(f"tier{'s' if len(affected.tiers) > 1 else ''} {tiers}")
+        if affected.except_tenants:
+            parts[-1] += (
+                f" (except {', '.join(affected.except_tenants[:20])}: own policy)"
+            )
+    if affected.tenants:
+        parts.append(
+            f"tenant{'s' if len(affected.tenants) > 1 else ''} {', '.join(affected.tenants)}"
+        )
+    if affected.anonymous:
+        parts.append("anonymous traffic")
+    return "; ".join(parts) or "no one's limits"
+
+
+def _metadata(edit: Edit) -> str:
+    if edit.before is None or edit.after is None:
+        return "added" if edit.before is None else "removed"
+    moved = [
+        f"{member} {edit.before.get(member)!r} → {edit.after.get(member)!r}"
+        for member in sorted(edit.after.keys() | edit.before.keys())
+        if edit.before.get(member) != edit.after.get(member)
+    ]
+    return "; ".join(moved)
+
+
+def rules_file_diff(rules_file: RulesFile) -> FileDiff:
+    """What applying ``rules_file`` would change in the active version."""
+    row, base = active_base()
+    edits = documents_of_rules(base).edits_to(rules_file.documents)
+    diff = rules_diff(base, rules_with(base, edits))
+    return FileDiff(row.version if row else None, diff, edits)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying a file did: the request it opened (None: nothing differed),
+    the version it published, or why it was not published."""
+
+    diff: FileDiff
+    change_request: ChangeRequest | None = None
+    published: Published | None = None
+    not_published: str = ""
+
+
+def rules_file_apply(
+    rules_file: RulesFile,
+    *,
+    actor: Actor,
+    title: str = "",
+    reason: str = "",
+    publish: bool = False,
+    effective_at: datetime | None = None,
+    note: str = "",
+    emergency_reason: str = "",
+) -> Applied:
+    """Open a change request of what ``rules_file`` changes; with ``publish``, publish
+    it. The request stays open when publishing is refused (approval, notice), with
+    the reason in ``not_published``."""
+    found = rules_file_diff(rules_file)
+    if found.equal:
+        return Applied(found)
+    proposals = [
+        Proposal(
+            e.subject,
+            e.key,
+            None if e.after is None else rules_file.raw[(e.subject, e.key)],
+        )
+        for e in found.edits
+    ]
+    try:
+        request = change_request_open(
+            actor=actor,
+            proposals=proposals,
+            title=title or f"Apply {rules_file.name}",
+            reason=reason,
+            origin=ChangeOrigin.FILE,
+        )
+    except EditsInvalid as exc:
+        raise RulesFileInvalid(
+            rules_file.name,
+            [
+                rules_file.problem(p.subject, p.key, p.path, p.message)
+                for _, p in exc.problems
+            ],
+        ) from None
+    if not publish:
+        return Applied(found, request)
+    try:
+        published = change_request_publish(
+            change_request=request,
+            actor=actor,
+            effective_at=effective_at,
+            note=note,
+            emergency_reason=emergency_reason,
+        )
+    except ValidationError as exc:
+        return Applied(found, request, not_published=" ".join(exc.messages))
+    return Applied(found, published.change_request, published)

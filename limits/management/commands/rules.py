@@ -1,0 +1,156 @@
+"""Rules as code: ``manage.py rules export | diff FILE | apply FILE``.
+
+Exit codes: 0 done (for ``diff``: the file matches the active rules), 2 for
+``diff`` when the file and the active rules differ, 1 on any error (a bad file,
+a refused change request). ``FILE`` may be ``-`` for standard input.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from limits.ascode.services import (
+    rules_export,
+    rules_file_apply,
+    rules_file_diff,
+    rules_file_read,
+)
+from limits.core.audit import Actor
+from limits.management.commands.publish import _moment
+
+#: ``rules diff`` exits with this when the file and the active rules differ.
+DIFFERS = 2
+
+
+class ExitOneParser(CommandParser):
+    """argparse exits 2 on a usage error, which ``rules diff`` uses for "the file
+    differs": usage errors exit 1, like every other error."""
+
+    def exit(self, status=0, message=None):
+        super().exit(1 if status == DIFFERS else status, message)
+
+
+def actor_for(username: str | None, command: str) -> Actor:
+    """The system, named after the command and the shell user; or the user ``--user``
+    names, acting with that user's role (an operator with shell access)."""
+    if not username:
+        return Actor.system(f"manage.py {command} ({getpass.getuser()})")
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise CommandError(f"--user: there is no active user {username!r}.")
+    return Actor(user=user, request_id=f"manage.py {command}")
+
+
+class Command(BaseCommand):
+    help = (
+        "Rules as code. export: the active rules as YAML; diff FILE: the changes a "
+        "file makes, in words (exit 2 when it differs, 0 when equal, 1 on error); "
+        "apply FILE: open a change request of those changes (--publish to publish it)."
+    )
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.__class__ = ExitOneParser
+        return parser
+
+    def add_arguments(self, parser):
+        commands = parser.add_subparsers(
+            dest="action", required=True, parser_class=ExitOneParser
+        )
+        export = commands.add_parser("export", help="Write the active rules as YAML.")
+        export.add_argument(
+            "--output", "-o", help="Write to this file instead of standard output."
+        )
+        diff = commands.add_parser("diff", help="Compare a file with the active rules.")
+        diff.add_argument("file", help="A rules file, or - for standard input.")
+        apply = commands.add_parser(
+            "apply", help="Open (and publish) a change request from a file."
+        )
+        apply.add_argument("file", help="A rules file, or - for standard input.")
+        apply.add_argument("--title", default="", help="The change request's title.")
+        apply.add_argument("--reason", default="", help="Why: for reviewers.")
+        apply.add_argument(
+            "--publish", action="store_true", help="Publish it once opened."
+        )
+        apply.add_argument(
+            "--effective-at",
+            type=_moment,
+            help="With --publish: ISO 8601, with a zone.",
+        )
+        apply.add_argument("--note", default="", help="With --publish: public note.")
+        apply.add_argument(
+            "--emergency-reason",
+            default="",
+            help="With --publish: why a lowering cannot wait for the notice period.",
+        )
+        apply.add_argument(
+            "--user", help="Act as this user (with their role) instead of the system."
+        )
+
+    def handle(self, *args, action, **options):
+        try:
+            getattr(self, f"_{action}")(**options)
+        except (ValidationError, PermissionDenied) as exc:
+            messages = getattr(exc, "messages", None) or [str(exc)]
+            raise CommandError("\n  ".join(messages)) from None
+
+    def _read(self, name: str):
+        if name == "-":
+            return rules_file_read(sys.stdin.read(), name="<stdin>")
+        path = Path(name)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"Cannot read {name}: {exc.strerror}.") from None
+        return rules_file_read(text, name=path.name)
+
+    def _export(self, *, output=None, **_):
+        text = rules_export()
+        if output:
+            Path(output).write_text(text, encoding="utf-8")
+            self.stderr.write(f"Wrote the active rules to {output}.")
+        else:
+            self.stdout.write(text, ending="")
+
+    def _diff(self, *, file, **_):
+        found = rules_file_diff(self._read(file))
+        self.stdout.write(found.text(), ending="")
+        if not found.equal:
+            sys.exit(DIFFERS)
+
+    def _apply(self, *, file, user=None, **options):
+        rules_file = self._read(file)
+        done = rules_file_apply(
+            rules_file,
+            actor=actor_for(user, "rules apply"),
+            title=options["title"],
+            reason=options["reason"],
+            publish=options["publish"],
+            effective_at=options["effective_at"],
+            note=options["note"],
+            emergency_reason=options["emergency_reason"],
+        )
+        self.stdout.write(done.diff.text(), ending="")
+        request = done.change_request
+        if request is None:
+            self.stdout.write("Nothing to apply.")
+            return
+        self.stdout.write(f"Opened change request #{request.pk}: {request.title}")
+        if done.not_published:
+            raise CommandError(
+                f"Change request #{request.pk} is open but not published: "
+                f"{done.not_published}"
+            )
+        if done.published:
+            version = done.published.version
+            self.stdout.write(
+                f"Published as version {version.version}."
+                if version
+                else "Published (the rule tables only: nothing gateways see changed)."
+            )

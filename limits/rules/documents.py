@@ -1,0 +1,491 @@
+"""Rule objects as documents: the vocabulary of change requests and rules files.
+
+A document is a plain JSON-able dict describing one tier, tenant, route or
+policy by slugs (never database ids), with everything the rule tables hold
+about it: what gateways enforce, and what snapshots do not carry (names,
+descriptions, contacts, positions, reasons). Change requests store their edits
+as documents (``ChangeEdit.before`` and ``after``); ``rules export`` writes
+them as YAML.
+
+* :func:`row_document` and :func:`documents_of_tables` read rows;
+* :func:`rules_value` is the part of a document a snapshot carries, so two
+  documents conflict only where gateways would see a difference;
+* :func:`rules_with` applies documents to a rule set (``sluice.rules.Rules``).
+
+Documents are canonical: limits sorted as the snapshot sorts them, times as
+``format_time`` writes them, every member present (:func:`limit_document`
+with ``short=True`` drops the defaults, for files people read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from limits import models
+from limits.choices import LimitKind
+from sluice import snapshot
+from sluice.quota import DEFAULT_LEASE_MS, DEFAULT_TIMEOUT
+from sluice.validation import policy_ref
+
+__all__ = [
+    "PERIOD_NAMES",
+    "SUBJECTS",
+    "Document",
+    "Edit",
+    "RuleDocuments",
+    "document_in",
+    "document_key",
+    "document_normalize",
+    "documents_of_rules",
+    "documents_of_tables",
+    "limit_document",
+    "limit_value",
+    "parse_time",
+    "policy_document",
+    "policy_row",
+    "policy_value",
+    "row_document",
+    "rules_value",
+    "rules_with",
+    "value_in",
+]
+
+Document = dict[str, Any]
+
+#: The kinds of rule objects, in the order they are written (parents first).
+SUBJECTS = ("tier", "tenant", "route", "policy")
+#: How files name the periods of ``sluice.snapshot.PERIODS``.
+PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day"}
+_PERIODS = {name: seconds for seconds, name in PERIOD_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One object changed: its document ``before`` (None: absent) and ``after``
+    (None: removed)."""
+
+    subject: str
+    key: str
+    before: Document | None
+    after: Document | None
+
+    @property
+    def removes(self) -> bool:
+        return self.after is None
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 time with a zone, as a document carries it; ValueError otherwise."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError("a time needs a zone, e.g. 2026-12-01T08:00:00Z")
+    return snapshot.whole_seconds(moment)
+
+
+# -- limits ------------------------------------------------------------------------
+
+
+def limit_document(
+    value: snapshot.Limit | snapshot.ConcurrencyLimit, *, short: bool = False
+) -> Document:
+    """A limit as a document; ``short`` leaves out members at their default."""
+    if isinstance(value, snapshot.ConcurrencyLimit):
+        doc: Document = {
+            "dimension": value.dimension.value,
+            "max_inflight": value.max_inflight,
+            "timeout": value.timeout,
+            "shadow": value.shadow,
+        }
+        defaults = {"timeout": DEFAULT_TIMEOUT, "shadow": False}
+    else:
+        doc = {
+            "dimension": value.dimension.value,
+            "rate": value.rate,
+            "period": PERIOD_NAMES[value.period],
+            "burst": value.burst,
+            "cost": value.cost,
+            "shadow": value.shadow,
+            "shards": value.shards,
+            "lease": value.lease,
+            "lease_ms": value.lease_ms,
+        }
+        defaults = {
+            "cost": None,
+            "shadow": False,
+            "shards": 1,
+            "lease": 0,
+            "lease_ms": DEFAULT_LEASE_MS,
+        }
+    if short:
+        doc = {k: v for k, v in doc.items() if k not in defaults or defaults[k] != v}
+    return doc
+
+
+def limit_value(doc: Mapping[str, Any]) -> snapshot.Limit | snapshot.ConcurrencyLimit:
+    """The snapshot value of a limit document (a concurrency cap when it has
+    ``max_inflight``); KeyError or ValueError for a malformed one."""
+    dimension = snapshot.Dimension(doc["dimension"])
+    if "max_inflight" in doc:
+        return snapshot.ConcurrencyLimit(
+            dimension=dimension,
+            max_inflight=doc["max_inflight"],
+            timeout=doc.get("timeout", DEFAULT_TIMEOUT),
+            shadow=doc.get("shadow", False),
+        )
+    period = doc["period"]
+    return snapshot.Limit(
+        dimension=dimension,
+        rate=doc["rate"],
+        period=_PERIODS[period] if isinstance(period, str) else period,
+        burst=doc["burst"],
+        cost=doc.get("cost"),
+        shadow=doc.get("shadow", False),
+        shards=doc.get("shards", 1),
+        lease=doc.get("lease", 0),
+        lease_ms=doc.get("lease_ms", DEFAULT_LEASE_MS),
+    )
+
+
+# -- policies ----------------------------------------------------------------------
+
+
+def policy_document(value: snapshot.Policy, *, reason: str = "") -> Document:
+    """A policy as a document: scope, route, expiry, reason and canonical limits."""
+    limits = sorted(value.limits, key=snapshot.Limit.sort_key)
+    caps = sorted(value.concurrency, key=snapshot.ConcurrencyLimit.sort_key)
+    return {
+        "scope": value.scope,
+        "route": value.route,
+        "expires_at": snapshot.format_time(value.expires_at)
+        if value.expires_at
+        else None,
+        "reason": reason,
+        "limits": [limit_document(limit) for limit in [*limits, *caps]],
+    }
+
+
+def policy_value(doc: Mapping[str, Any]) -> snapshot.Policy:
+    """The snapshot policy of a policy document, its limits in the document's order
+    (rate limits, then caps), so problems name the document's own rows."""
+    values = [limit_value(limit) for limit in doc["limits"]]
+    expires = doc.get("expires_at")
+    return snapshot.Policy(
+        scope=doc["scope"],
+        route=doc["route"],
+        limits=tuple(v for v in values if isinstance(v, snapshot.Limit)),
+        expires_at=parse_time(expires) if expires else None,
+        concurrency=tuple(
+            v for v in values if isinstance(v, snapshot.ConcurrencyLimit)
+        ),
+    )
+
+
+def document_key(subject: str, doc: Mapping[str, Any], slug: str = "") -> str:
+    """The key of a document: its slug, or for a policy ``scope/route`` (``~``: override)."""
+    if subject != "policy":
+        return slug
+    override = "~" if doc.get("expires_at") else ""
+    return f"{doc['scope']}/{doc['route']}{override}"
+
+
+def document_normalize(subject: str, doc: Mapping[str, Any]) -> Document:
+    """The canonical form of a (valid) document: every member present, defaults
+    filled in, limits in the snapshot's order, times as the snapshot writes them."""
+    if subject == "tier":
+        return {
+            "name": doc["name"],
+            "description": doc.get("description", ""),
+            "position": doc.get("position", 0),
+        }
+    if subject == "tenant":
+        return {
+            "name": doc["name"],
+            "tier": doc["tier"],
+            "contacts": list(doc.get("contacts", [])),
+        }
+    if subject == "route":
+        return {
+            "description": doc.get("description", ""),
+            "methods": sorted(doc["methods"]),
+            "path": doc["path"],
+            "cost": doc.get("cost", 1),
+            "failure_mode": doc.get("failure_mode", "open"),
+        }
+    return policy_document(policy_value(doc), reason=doc.get("reason", ""))
+
+
+# -- documents of rows ---------------------------------------------------------------
+
+
+def row_document(row: Any, limits: Iterable[models.Limit] | None = None) -> Document:
+    """The document of a tier, tenant, route or policy row (a policy with ``limits``,
+    or else its saved limits)."""
+    if isinstance(row, models.Tier):
+        return {
+            "name": row.name,
+            "description": row.description,
+            "position": row.position,
+        }
+    if isinstance(row, models.Tenant):
+        return {
+            "name": row.name,
+            "tier": row.tier.slug,
+            "contacts": list(row.contact_emails or []),
+        }
+    if isinstance(row, models.Route):
+        return {
+            "description": row.description,
+            "methods": sorted(row.methods),
+            "path": row.path_pattern,
+            "cost": row.cost,
+            "failure_mode": row.failure_mode,
+        }
+    rows = row.limits.all() if limits is None else limits
+    value = snapshot.Policy(
+        scope=row.scope_key,
+        route=row.route_key,
+        limits=tuple(_rate(rows)),
+        expires_at=row.expires_at,
+        concurrency=tuple(_caps(rows)),
+    )
+    return policy_document(value, reason=row.reason)
+
+
+def _rate(rows: Iterable[models.Limit]) -> list[snapshot.Limit]:
+    return [r.to_value() for r in rows if r.kind == LimitKind.RATE]  # type: ignore[misc]
+
+
+def _caps(rows: Iterable[models.Limit]) -> list[snapshot.ConcurrencyLimit]:
+    return [r.to_value() for r in rows if r.kind == LimitKind.CONCURRENT]  # type: ignore[misc]
+
+
+@dataclass
+class RuleDocuments:
+    """A whole rule set as documents: ``tiers[slug]``, ``tenants[slug]``,
+    ``routes[slug]``, ``policies[key]``."""
+
+    tiers: dict[str, Document] = field(default_factory=dict)
+    tenants: dict[str, Document] = field(default_factory=dict)
+    routes: dict[str, Document] = field(default_factory=dict)
+    policies: dict[str, Document] = field(default_factory=dict)
+
+    def of(self, subject: str) -> dict[str, Document]:
+        return {
+            "tier": self.tiers,
+            "tenant": self.tenants,
+            "route": self.routes,
+            "policy": self.policies,
+        }[subject]
+
+    def edits_to(self, other: RuleDocuments) -> list[Edit]:
+        """What changes from these documents to ``other``, parents first."""
+        edits = []
+        for subject in SUBJECTS:
+            mine, theirs = self.of(subject), other.of(subject)
+            for key in sorted(mine.keys() | theirs.keys()):
+                if mine.get(key) != theirs.get(key):
+                    edits.append(Edit(subject, key, mine.get(key), theirs.get(key)))
+        return edits
+
+
+def documents_of_tables() -> RuleDocuments:
+    """The rule tables (the working copy) as documents."""
+    docs = RuleDocuments()
+    for tier in models.Tier.objects.all():
+        docs.tiers[tier.slug] = row_document(tier)
+    for tenant in models.Tenant.objects.select_related("tier"):
+        docs.tenants[tenant.slug] = row_document(tenant)
+    for route in models.Route.objects.all():
+        docs.routes[route.slug] = row_document(route)
+    policies = models.Policy.objects.select_related(
+        "tier", "tenant", "route"
+    ).prefetch_related("limits")
+    for policy in policies:
+        doc = row_document(policy)
+        docs.policies[document_key("policy", doc)] = doc
+    return docs
+
+
+def documents_of_rules(
+    rules: snapshot.Rules, *, only: Mapping[str, list[str]] | None = None
+) -> RuleDocuments:
+    """``rules`` (a published version) as documents, with what snapshots do not carry
+    (names, descriptions, contacts, positions, reasons) read from the rule tables;
+    an object the tables no longer hold gets empty values (a tenant: its slug as name).
+    ``only`` limits the rows read to some slugs (``{"tenants": ["acme"]}``)."""
+
+    def rows(model, part):
+        found = model.objects.all()
+        if only is not None:
+            found = found.filter(slug__in=only.get(part, []))
+        return {row.slug: row for row in found}
+
+    tiers = rows(models.Tier, "tiers")
+    tenants = rows(models.Tenant, "tenants")
+    routes = rows(models.Route, "routes")
+    reasons = _policy_reasons() if rules.policies else {}
+    docs = RuleDocuments()
+    for slug, name in rules.tiers.items():
+        row = tiers.get(slug)
+        docs.tiers[slug] = {
+            "name": name,
+            "description": row.description if row else "",
+            "position": row.position if row else 0,
+        }
+    for slug, tier in rules.tenants.items():
+        row = tenants.get(slug)
+        docs.tenants[slug] = {
+            "name": row.name if row else slug,
+            "tier": tier,
+            "contacts": list(row.contact_emails) if row else [],
+        }
+    for slug, route in rules.routes.items():
+        row = routes.get(slug)
+        docs.routes[slug] = {
+            "description": row.description if row else "",
+            **_route_members(route),
+        }
+    for policy in rules.policies:
+        key = policy_ref(policy)
+        docs.policies[key] = policy_document(policy, reason=reasons.get(key, ""))
+    return docs
+
+
+def document_in(rules: snapshot.Rules, subject: str, key: str) -> Document | None:
+    """One object of ``rules`` as a document (None when ``rules`` lack it), with what
+    snapshots do not carry read from its row in the rule tables."""
+    if subject == "policy":
+        value = next((p for p in rules.policies if policy_ref(p) == key), None)
+        if value is None:
+            return None
+        row = policy_row(key)
+        return policy_document(value, reason=row.reason if row else "")
+    held = {"tier": rules.tiers, "tenant": rules.tenants, "route": rules.routes}
+    value = held[subject].get(key)
+    if value is None:
+        return None
+    part = {"tier": "tiers", "tenant": "tenants", "route": "routes"}[subject]
+    single = snapshot.Rules(
+        tiers={key: value} if subject == "tier" else {},
+        tenants={key: value} if subject == "tenant" else {},
+        routes={key: value} if subject == "route" else {},
+        policies=(),
+    )
+    docs = documents_of_rules(single, only={part: [key]})
+    return docs.of(subject)[key]
+
+
+def policy_row(key: str) -> models.Policy | None:
+    """The policy row of a document key (``tier:free/search``, ``~`` for an override)."""
+    override = key.endswith("~")
+    scope, _, route = key.rstrip("~").partition("/")
+    kind, _, subject = scope.partition(":")
+    rows = models.Policy.objects.filter(
+        scope=kind, expires_at__isnull=not override
+    ).select_related("tier", "tenant", "route")
+    if route == snapshot.ALL_ROUTES:
+        rows = rows.filter(route__isnull=True)
+    else:
+        rows = rows.filter(route__slug=route)
+    if kind == snapshot.ScopeKind.TIER:
+        rows = rows.filter(tier__slug=subject)
+    elif kind == snapshot.ScopeKind.TENANT:
+        rows = rows.filter(tenant__slug=subject)
+    return rows.first()
+
+
+def _policy_reasons() -> dict[str, str]:
+    rows = models.Policy.objects.select_related("tier", "tenant", "route")
+    return {
+        f"{row.scope_key}/{row.route_key}{'~' if row.expires_at else ''}": row.reason
+        for row in rows.only(
+            "scope", "expires_at", "reason", "tier__slug", "tenant__slug", "route__slug"
+        )
+    }
+
+
+def _route_members(route: snapshot.Route) -> Document:
+    return {
+        "methods": sorted(route.methods),
+        "path": route.path,
+        "cost": route.cost,
+        "failure_mode": route.failure_mode.value,
+    }
+
+
+# -- what gateways see ---------------------------------------------------------------
+
+
+def rules_value(subject: str, doc: Mapping[str, Any] | None, key: str = "") -> Any:
+    """The part of ``doc`` a snapshot carries (None for an absent object): two
+    documents with equal values change nothing for gateways."""
+    if doc is None:
+        return None
+    if subject == "tier":
+        return doc["name"]
+    if subject == "tenant":
+        return doc["tier"]
+    if subject == "route":
+        return _route_value(key, doc).to_json()
+    return policy_value(doc).to_json()
+
+
+def value_in(rules: snapshot.Rules, subject: str, key: str) -> Any:
+    """What ``rules`` hold for the object ``key`` of ``subject``, in :func:`rules_value`'s
+    form (None when absent)."""
+    if subject == "tier":
+        return rules.tiers.get(key)
+    if subject == "tenant":
+        return rules.tenants.get(key)
+    if subject == "route":
+        route = rules.routes.get(key)
+        return route.to_json() if route else None
+    policy = next((p for p in rules.policies if policy_ref(p) == key), None)
+    return policy.to_json() if policy else None
+
+
+def _route_value(slug: str, doc: Mapping[str, Any]) -> snapshot.Route:
+    return snapshot.Route(
+        slug=slug,
+        methods=tuple(sorted(doc["methods"])),
+        path=doc["path"],
+        cost=doc.get("cost", 1),
+        failure_mode=snapshot.FailureMode(doc.get("failure_mode", "open")),
+    )
+
+
+def rules_with(rules: snapshot.Rules, edits: Iterable[Edit]) -> snapshot.Rules:
+    """``rules`` with each edit's ``after`` written in (or the object removed).
+
+    Raises ValueError (or KeyError) for a document the snapshot cannot hold.
+    """
+    tiers, tenants = dict(rules.tiers), dict(rules.tenants)
+    routes = dict(rules.routes)
+    policies = {policy_ref(p): p for p in rules.policies}
+    targets: dict[str, dict[str, Any]] = {
+        "tier": tiers,
+        "tenant": tenants,
+        "route": routes,
+        "policy": policies,
+    }
+    for edit in edits:
+        target = targets[edit.subject]
+        if edit.after is None:
+            target.pop(edit.key, None)
+        elif edit.subject == "tier":
+            target[edit.key] = edit.after["name"]
+        elif edit.subject == "tenant":
+            target[edit.key] = edit.after["tier"]
+        elif edit.subject == "route":
+            target[edit.key] = _route_value(edit.key, edit.after)
+        else:
+            target[edit.key] = policy_value(edit.after)
+    return snapshot.Rules(
+        tiers=tiers,
+        tenants=tenants,
+        routes=routes,
+        policies=tuple(policies.values()),
+    )

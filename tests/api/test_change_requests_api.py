@@ -1,0 +1,173 @@
+"""Change requests and rules as code over HTTP, the way a CI job drives them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from limits.core.audit import Actor
+from limits.gateways.tokens import token_create
+from limits.models import ApiToken
+from limits.publishing.services import snapshot_publish
+from tests.factories import PolicyFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+B = "/api/v1"
+
+
+@pytest.fixture
+def active(rules, redis_client):
+    return snapshot_publish(actor=Actor.system(), message="v1")
+
+
+def _token_client(api, user):
+    secret = token_create(token=ApiToken(user=user, name="ci"), actor=Actor.system())
+    return api.bearer(secret)
+
+
+def _override(route="search", **change):
+    expires = (timezone.now() + timedelta(days=2)).replace(microsecond=0)
+    doc = {
+        "scope": "tenant:initech",
+        "route": route,
+        "expires_at": expires.isoformat(),
+        "reason": "ticket 4711",
+        "limits": [
+            {"dimension": "tenant", "rate": 50, "period": "second", "burst": 100}
+        ],
+    }
+    return {**doc, **change}
+
+
+def test_create__bad_edit__400_by_edit_and_member(api, active, support_user):
+    api.as_user(support_user)
+    bad = _override(
+        limits=[{"dimension": "tenant", "rate": 5, "period": "second", "burst": 0}]
+    )
+    response = api.post(
+        f"{B}/change-requests",
+        {
+            "edits": [
+                {"object": "policy", "value": _override("orders.read")},
+                {"object": "policy", "value": bad},
+            ]
+        },
+        format="json",
+    )
+    assert response.status_code == 400
+    fields = response.json()["fields"]
+    assert fields == {
+        "edits": {"1": {"limits[0].burst": ["0 is less than the minimum of 1"]}}
+    }
+
+
+def test_support__override_over_the_api__opened_then_published_by_support(
+    api, active, support_user
+):
+    api.as_user(support_user)
+    opened = api.post(
+        f"{B}/change-requests",
+        {"title": "Launch week", "edits": [{"object": "policy", "value": _override()}]},
+        format="json",
+    )
+    assert opened.status_code == 201, opened.content
+    body = opened.json()
+    assert (body["state"], body["preview"]["approval"]["needed"]) == ("open", False)
+    assert body["edits"][0]["key"] == "tenant:initech/search~"
+    published = api.post(f"{B}/change-requests/{body['id']}/publish", {}, format="json")
+    assert published.status_code == 201, published.content
+    assert published.json()["version"] == 2
+
+
+def test_ci__export_edit_diff_apply_publish__with_an_api_token(
+    api, active, product_user
+):
+    client = _token_client(api, product_user)
+    # Given the rules exported as YAML
+    exported = client.get(f"{B}/rules/export")
+    assert exported["Content-Type"].startswith("application/yaml")
+    text = exported.content.decode()
+    edited = text.replace(
+        "rate: 50, period: second, burst: 100", "rate: 80, period: second, burst: 160"
+    )
+    # When CI diffs the edited file: the change in words, with the tenants it reaches
+    diff = client.post(f"{B}/rules/diff", {"document": edited}, format="json").json()
+    assert diff["equal"] is False
+    assert (
+        "tier pro · search: per tenant: 50 / s, burst 100 → 80 / s, burst 160"
+        in diff["text"]
+    )
+    assert diff["changes"]["affected"]["tenants"] == ["acme"]
+    # And applies it, published (a raise for one tenant needs no approval)
+    applied = client.post(
+        f"{B}/rules/apply",
+        {"document": edited, "title": "Raise pro search", "publish": True},
+        format="json",
+    )
+    assert applied.status_code == 201, applied.content
+    assert (applied.json()["published_version"], applied.json()["not_published"]) == (
+        2,
+        "",
+    )
+    # Then the export is the file, byte for byte, and the diff is empty
+    assert client.get(f"{B}/rules/export").content.decode() == edited
+    again = client.post(f"{B}/rules/diff", {"document": edited}, format="json").json()
+    assert again["equal"] is True
+
+
+def test_ci__lowering__opened_not_published_until_a_second_product_person_approves(
+    api, active, product_user, settings
+):
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 0
+    client = _token_client(api, product_user)
+    text = client.get(f"{B}/rules/export").content.decode()
+    lowered = text.replace(
+        "rate: 50, period: second, burst: 100", "rate: 20, period: second, burst: 40"
+    )
+    applied = client.post(
+        f"{B}/rules/apply", {"document": lowered, "publish": True}, format="json"
+    ).json()
+    assert applied["published_version"] is None
+    assert (
+        "approval of a second person with the product role" in applied["not_published"]
+    )
+    pk = applied["change_request"]["id"]
+    # The author cannot approve it; a second product person can
+    assert client.post(f"{B}/change-requests/{pk}/approve").status_code == 403
+    other = UserFactory(username="quinn", role="product")
+    reviewer = _token_client(type(api)(), other)
+    assert reviewer.post(f"{B}/change-requests/{pk}/approve").status_code == 200
+    published = client.post(f"{B}/change-requests/{pk}/publish", {}, format="json")
+    assert published.status_code == 201, published.content
+
+
+def test_rules_diff__bad_yaml__400_with_line(api, active, viewer_user):
+    api.as_user(viewer_user)
+    response = api.post(
+        f"{B}/rules/diff",
+        {"document": "format: 1\ntiers: [\n", "name": "ci.yaml"},
+        format="json",
+    )
+    assert response.status_code == 400
+    (message,) = response.json()["fields"]["document"]
+    assert message.startswith("ci.yaml:3: (the file): not valid YAML")
+
+
+def test_renew__support__opens_a_request_extending_the_override(
+    api, rules, redis_client, support_user
+):
+    override = PolicyFactory(
+        override=True, tenant=rules["initech"], route=rules["search"]
+    )
+    snapshot_publish(actor=Actor.system(), message="v1")
+    api.as_user(support_user)
+    response = api.post(f"{B}/overrides/{override.pk}/renew")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["origin"] == "renewal"
+    (edit,) = body["edits"]
+    assert edit["after"]["expires_at"] > edit["before"]["expires_at"]
+    assert body["preview"]["changes"]["lowers"] is False

@@ -1,0 +1,236 @@
+"""Rules as code: byte-stable export, diff and apply, and errors at their line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from limits.ascode.services import (
+    RulesFileInvalid,
+    rules_export,
+    rules_file_apply,
+    rules_file_diff,
+    rules_file_read,
+)
+from limits.core.audit import Actor
+from limits.models import ChangeRequest, Tenant
+from limits.publishing.services import snapshot_publish
+from limits.rules.schema import schema_json
+from limits.versions.selectors import snapshot_get_active
+from tests.celery_fixtures import broker_url, database_url
+from tests.factories import PolicyFactory
+
+ROOT = Path(__file__).resolve().parents[3]
+SYSTEM = Actor.system("test")
+
+
+@pytest.fixture
+def active(rules, settings):
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 0
+    PolicyFactory(override=True, tenant=rules["acme"], route=rules["search"])
+    return snapshot_publish(actor=SYSTEM, message="v1")
+
+
+def test_docs_schema__is_the_schema_the_code_checks_with():
+    assert (ROOT / "docs" / "rules.schema.json").read_text() == schema_json()
+
+
+def test_export__same_rules__same_bytes_in_a_fixed_order(active):
+    first = rules_export()
+    assert rules_export() == first
+    data = yaml.safe_load(first)
+    assert list(data) == ["format", "tiers", "tenants", "routes", "policies"]
+    assert list(data["tenants"]) == sorted(data["tenants"])
+    assert data["policies"][0] == {
+        "scope": "default",
+        "route": "*",
+        "reason": data["policies"][0]["reason"],
+        "limits": [{"dimension": "ip", "rate": 10, "period": "second", "burst": 20}],
+    }
+    # one limit per line, so a change is a one-line diff in git
+    assert "  - {dimension: tenant, rate: 50, period: second, burst: 100}\n" in first
+    assert rules_file_diff(rules_file_read(first)).equal
+
+
+@pytest.mark.parametrize(
+    ("edit", "member", "said", "on_line"),
+    [
+        (
+            lambda t: t.replace("burst: 100}", "burst: 0}"),
+            "policies[2].limits[0].burst",
+            "0 is less than the minimum of 1",
+            "burst: 0",
+        ),
+        (
+            lambda t: t.replace("tier: pro", "tier: gold", 1),
+            "tenants.acme.tier",
+            "unknown tier 'gold'",
+            "tier: gold",
+        ),
+        (
+            lambda t: t.replace("period: second", "period: fortnight", 1),
+            "policies[0].limits[0].period",
+            "is not one of",
+            "fortnight",
+        ),
+        (
+            lambda t: t.replace("path: /v1/search", "path: v1/search"),
+            "routes.search.path",
+            "path",
+            "path: v1/search",
+        ),
+        (lambda t: t + "tiers: {}\n", "tiers", "given twice", "tiers: {}"),
+        (
+            lambda t: t.replace("  acme:\n", "  acme\n"),
+            "(the file)",
+            "not valid YAML",
+            "",
+        ),
+        (
+            lambda t: t.replace("format: 1", "format: 2"),
+            "format",
+            "1 was expected",
+            "format: 2",
+        ),
+    ],
+)
+def test_read__bad_file__error_names_its_line_and_member(
+    active, edit, member, said, on_line
+):
+    text = edit(rules_export())
+    with pytest.raises(RulesFileInvalid) as refused:
+        rules_file_read(text, name="rules.yaml")
+    problem = next(p for p in refused.value.problems if said in p.message)
+    assert problem.shown("rules.yaml").startswith(
+        f"rules.yaml:{problem.line}: {member}"
+    )
+    assert on_line in text.splitlines()[problem.line - 1]
+
+
+def test_diff__file_lowers_a_tier__changes_in_words_with_tenants_reached(active):
+    text = rules_export().replace(
+        "{dimension: tenant, rate: 5, period: second, burst: 10}",
+        "{dimension: tenant, rate: 3, period: second, burst: 6}",
+    )
+    found = rules_file_diff(rules_file_read(text))
+    said = found.text()
+    assert not found.equal
+    assert (
+        "lowered  tier free · all routes: per tenant: 5 / s, burst 10 → 3 / s" in said
+    )
+    assert "Tenants reached (1): initech." in said
+
+
+def test_apply__file__opens_a_change_request_through_the_same_services(active):
+    text = rules_export().replace("name: Acme", "name: ACME Corporation")
+    done = rules_file_apply(rules_file_read(text), actor=SYSTEM, publish=True)
+    assert done.change_request.origin == "file"
+    assert done.published.version is None  # a name: nothing gateways see
+    assert Tenant.objects.get(slug="acme").name == "ACME Corporation"
+    assert rules_file_diff(rules_file_read(text)).equal
+
+
+def test_command_diff__exit_codes__0_equal_2_differs_1_error(active, tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(rules_export())
+    call_command("rules", "diff", str(path))  # equal: returns, exit 0
+    path.write_text(rules_export().replace("rate: 50,", "rate: 60,"))
+    with pytest.raises(SystemExit) as differs:
+        call_command("rules", "diff", str(path))
+    assert differs.value.code == 2
+    path.write_text("format: 1\n")
+    with pytest.raises(CommandError) as error:
+        call_command("rules", "diff", str(path))
+    assert error.value.returncode == 1
+    assert "rules.yaml:1: (the file): 'tiers' is missing" in str(error.value)
+
+
+def _manage(*args: str, db: str, redis) -> subprocess.CompletedProcess:
+    """``manage.py`` as an operator runs it, on database ``db`` and the test's Redis."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": db,
+        "REDIS_URL": redis.url,
+        "CELERY_BROKER_URL": broker_url(redis),
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def fresh_database():
+    """An empty database of its own, migrated by the command line like a new install."""
+    name = f"{connection.settings_dict['NAME']}_fresh"
+    url = database_url().rsplit("/", 1)[0]
+    with psycopg.connect(f"{url}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield f"{url}/{name}"
+    with psycopg.connect(f"{url}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.django_db(transaction=True)
+def test_round_trip__export_edit_diff_apply_into_a_fresh_database__same_bytes_and_digest(
+    rules, fresh_database, tmp_path, redis_server
+):
+    here, there = database_url(), fresh_database
+    # Given the rules of this control plane, exported from the command line
+    snapshot_publish(actor=SYSTEM, message="v1")
+    exported = _manage("rules", "export", db=here, redis=redis_server)
+    assert exported.returncode == 0, exported.stderr
+    # When someone edits the file (a raise) and checks it: exit 2, the change in words
+    edited = exported.stdout.replace(
+        "rate: 50, period: second, burst: 100", "rate: 80, period: second, burst: 160"
+    )
+    path = tmp_path / "rules.yaml"
+    path.write_text(edited)
+    diff = _manage("rules", "diff", str(path), db=here, redis=redis_server)
+    assert diff.returncode == 2, diff.stderr
+    usage = _manage("rules", "diff", db=here, redis=redis_server)  # no file: an error
+    assert (usage.returncode, "required: file" in usage.stderr) == (1, True)
+    assert (
+        "raised   tier pro · search: per tenant: 50 / s, burst 100 → 80 / s, burst 160"
+        in diff.stdout
+    )
+    assert "Tenants reached (1): acme." in diff.stdout
+    # And applies it, published, here and into a fresh database
+    assert _manage("migrate", "-v0", db=there, redis=redis_server).returncode == 0
+    for db in (here, there):
+        applied = _manage(
+            "rules", "apply", str(path), "--publish", db=db, redis=redis_server
+        )
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert "Published as version" in applied.stdout
+    # Then exporting there gives the same bytes, and the same rules digest as here
+    again = _manage("rules", "export", db=there, redis=redis_server)
+    assert again.stdout == edited
+    digest = _manage(
+        "shell",
+        "-c",
+        "from limits.versions.selectors import snapshot_get_active as a; "
+        "print(a().rules_digest)",
+        db=there,
+        redis=redis_server,
+    )
+    assert digest.stdout.splitlines()[-1] == snapshot_get_active().rules_digest
+    assert (
+        _manage("rules", "diff", str(path), db=there, redis=redis_server).returncode
+        == 0
+    )
+    assert ChangeRequest.objects.get().state == "published"
