@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from tests.client.factories import ROUTES, concurrent, limit, policy, rules, snapshot
 from tests.gateways.conftest import GATEWAYS
 
 #: Gateways that put the RateLimit fields of an admitted request on its response.
@@ -164,18 +165,9 @@ def hammer(ports: list[int], *, seconds: float) -> tuple[int, float]:
     return sum(counts), max(last) - start
 
 
-def test_haproxy__concurrency_limit__slot_released_when_the_response_starts(stack_of):
-    # Given orders.create with at most one request in flight per tenant
-    from tests.client.factories import (
-        ROUTES,
-        concurrent,
-        limit,
-        policy,
-        rules,
-        snapshot,
-    )
-
-    capped = snapshot(
+def _one_order_at_a_time():
+    """orders.create capped at one request in flight per tenant (and 100/s)."""
+    return snapshot(
         rules(
             policy(
                 "default",
@@ -186,7 +178,11 @@ def test_haproxy__concurrency_limit__slot_released_when_the_response_starts(stac
             routes=ROUTES,
         )
     )
-    stack = stack_of("haproxy", capped)
+
+
+def test_haproxy__concurrency_limit__slot_released_when_the_response_starts(stack_of):
+    # Given orders.create with at most one request in flight per tenant
+    stack = stack_of("haproxy", _one_order_at_a_time())
     # When one tenant places five orders, one after the other
     statuses = [
         stack.get("/v1/orders", tenant="acme", method="POST").status for _ in range(5)
@@ -197,27 +193,7 @@ def test_haproxy__concurrency_limit__slot_released_when_the_response_starts(stac
 
 def test_envoy__concurrency_limit__slot_held_until_its_timeout(stack_of):
     # Given the same cap behind Envoy, which does not report the end of a request
-    from tests.client.factories import (
-        ROUTES,
-        concurrent,
-        limit,
-        policy,
-        rules,
-        snapshot,
-    )
-
-    capped = snapshot(
-        rules(
-            policy(
-                "default",
-                "orders.create",
-                limit("tenant", 100, 1, 100),
-                concurrency=(concurrent("tenant", 1),),
-            ),
-            routes=ROUTES,
-        )
-    )
-    stack = stack_of("envoy", capped)
+    stack = stack_of("envoy", _one_order_at_a_time())
     # When one tenant places two orders, one after the other
     first = stack.get("/v1/orders", tenant="acme", method="POST")
     second = stack.get("/v1/orders", tenant="acme", method="POST")
