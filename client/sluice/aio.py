@@ -7,13 +7,14 @@ only the Redis calls are awaited.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Unpack
 
-import redis
 import redis.asyncio
 
 from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
+from .concurrency import Orphan
 from .decision import Decision, Held
 from .engine import Engine, Prepared
 from .failure import CircuitBreaker
@@ -63,6 +64,7 @@ class AsyncLimiter(LimiterCore):
         self.bucket = AsyncTokenBucket(client, pipeline=self.pipeline)
         self.hot = AsyncScript(client, HOT, pipeline=self.pipeline)
         self._release = AsyncScript(client, RELEASE, pipeline=self.pipeline)
+        self._releasing: asyncio.Task[None] | None = None
 
     async def decide(
         self,
@@ -96,11 +98,10 @@ class AsyncLimiter(LimiterCore):
             reply = await self.bucket(prepared.keys, prepared.plan.args)
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
-        if breaker.troubled:
-            self.store_answered(breaker)
+        self.store_answered(breaker)
         if reply[0] == 0:
             self.remember(prepared, reply)
-        return engine.decision(prepared, reply)
+        return engine.decision(prepared, reply, at=self.observe(reply[-1]))
 
     async def _decide_hot(
         self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
@@ -112,8 +113,8 @@ class AsyncLimiter(LimiterCore):
             reply = await self.hot(call.keys, call.args)
         except STORE_ERRORS as exc:
             return self.hot_failed(engine, prepared, call, exc, breaker)
-        if breaker.troubled:
-            self.store_answered(breaker)
+        self.store_answered(breaker)
+        self.observe(reply[-1])
         return self.hot_finish(engine, prepared, call, reply)
 
     async def release(self, decision: Decision) -> None:
@@ -128,8 +129,36 @@ class AsyncLimiter(LimiterCore):
             return
         try:
             await self._release(held.keys, [held.member.encode()])
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)
+            self.orphaned(held.keys, held.member)
+
+    def orphaned(self, keys: tuple[str, ...], member: str) -> None:
+        """Queue the release and run the task that releases orphans, if it is not running."""
+        self.orphans.add(keys, member)
+        if self._releasing is None or self._releasing.done():
+            self._releasing = asyncio.get_running_loop().create_task(
+                self._release_orphans()
+            )
+
+    async def _release_orphans(self) -> None:
+        """Release due orphans until there are none (the sync limiter's Releaser, as a task)."""
+        while (wait := self.orphans.next_in()) is not None:
+            await asyncio.sleep(wait)
+            due = self.orphans.due()
+            for index, orphan in enumerate(due):
+                if not await self._release_one(orphan):
+                    for later in due[index:]:
+                        self.orphans.failed(later)
+                    break
+
+    async def _release_one(self, orphan: Orphan) -> bool:
+        try:
+            removed = await self._release(orphan.keys, [orphan.member.encode()])
+        except Exception:  # the task must outlive any error; retried later
+            return False
+        self.orphans.done(orphan, int(removed))
+        return True
 
     async def aclose(self) -> None:
         """Close the Redis client's connections (and the pipeline's own)."""

@@ -35,10 +35,16 @@ import redis.asyncio
 from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError, ResponseError
 
+from .cluster import DeferredCluster
+
 if TYPE_CHECKING:
     from .pipelining import AutoPipeline
 
-__all__ = ["HOT", "RELEASE", "AsyncScript", "Script", "pack_evalsha"]
+__all__ = ["HOT", "RELEASE", "AsyncScript", "Client", "Script", "pack_evalsha"]
+
+#: The sync clients the limiter runs on: a Redis, or a cluster (made at once or
+#: on first use: :class:`~.cluster.DeferredCluster`).
+Client = redis.Redis | redis.RedisCluster | DeferredCluster
 
 
 def _source(name: str) -> bytes:
@@ -104,7 +110,7 @@ class _ThreadConnections:
 class Script:
     """One of the package's Lua scripts on a Redis or Redis Cluster client."""
 
-    def __init__(self, client: redis.Redis | redis.RedisCluster, source: bytes) -> None:
+    def __init__(self, client: Client, source: bytes) -> None:
         self.client = client
         self._script = client.register_script(source)
         sha = self._script.sha.encode()

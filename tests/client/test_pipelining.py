@@ -147,7 +147,7 @@ def test_pipelining__redis_stalls_mid_batch__each_decision_takes_its_route_failu
         limiter = AsyncLimiter(
             connect_async(private_redis.url, timeout=0.1),
             RULES,
-            breaker=CircuitBreaker(threshold=1000),  # every call reaches Redis
+            breaker=CircuitBreaker(min_calls=10**9),  # every call reaches Redis
             pipelining=True,
         )
         try:

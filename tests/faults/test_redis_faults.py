@@ -40,7 +40,7 @@ def limiter_on(server: RedisServer, timeout: float = TIMEOUT) -> Limiter:
     return Limiter(
         connect(server.url, timeout=timeout),
         RULES,
-        breaker=CircuitBreaker(threshold=5, cooldown=COOLDOWN),
+        breaker=CircuitBreaker(min_calls=5, cooldown=COOLDOWN),
     )
 
 
