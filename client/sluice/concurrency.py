@@ -170,7 +170,8 @@ class Orphans:
         self._lock = threading.Lock()
         #: orphan -> (next attempt, releases that found nothing, current retry wait)
         self._due: dict[Orphan, tuple[float, int, float]] = {}
-        self.released = 0  #: entries a background release removed
+        self.added = 0  #: request ids queued so far
+        self.released = 0  #: entries a background release was seen to remove
 
     def __len__(self) -> int:
         return len(self._due)
@@ -178,6 +179,7 @@ class Orphans:
     def add(self, keys: tuple[str, ...], member: str) -> None:
         """Release ``member`` from ``keys`` as soon as possible."""
         with self._lock:
+            self.added += 1
             self._due[Orphan(keys, member)] = (self._clock(), 0, self.retry)
             while len(self._due) > self.max_entries:
                 del self._due[next(iter(self._due))]
