@@ -8,6 +8,7 @@ import time
 import pytest
 import redis
 
+from gateway.demo import build
 from sluice import CircuitBreaker, Limiter, Outcome
 from sluice.bucket import connect
 from sluice.cluster import DeferredCluster
@@ -59,7 +60,9 @@ def test_cluster_seeds__first_seed_dead__maps_the_cluster_from_the_next(cluster)
     assert not any(s.decision.degraded for s in decisions)
 
 
-def test_cluster_down_at_start__gateway_starts_decides_by_mode_then_uses_it(cluster):
+def test_cluster_down_at_start__gateway_starts_decides_by_mode_then_uses_it(
+    cluster, tmp_path
+):
     # Given a cluster whose every node is stopped
     for node in cluster.nodes:
         node.stop()
@@ -67,7 +70,18 @@ def test_cluster_down_at_start__gateway_starts_decides_by_mode_then_uses_it(clus
     client = connect(seeds(cluster, dead_first=False), timeout=0.05, cluster=True)
     limiter = Limiter(client, RULES)
     while_down = decide_all(limiter, range(10))
+    # and the demo gateway, configured on the same seeds, builds too
+    demo = build(
+        {
+            "SLUICE_REDIS_URL": seeds(cluster, dead_first=False),
+            "SLUICE_REDIS_CLUSTER": "1",
+            "SLUICE_REDIS_TIMEOUT": "0.05",
+            "SLUICE_BUNDLE_FILE": str(tmp_path / "none.json"),
+        }
+    )
+    demo_decision = demo.limiter.decide(route="search", tenant="t1")
     # Then it started (no exception) and each route's failure mode decides
+    assert demo_decision.degraded
     assert not client.ready
     assert all(s.decision.degraded for s in while_down)
     assert not wrong_modes(while_down)
