@@ -37,7 +37,9 @@ SLUICE_EVENTS_REDIS_URL     SLUICE_REDIS_URL                           Redis of 
 SLUICE_GATEWAY_LOG_LEVEL    INFO                                       WARNING: no line per request
 =========================== ========================================== ==============================
 
-``GET /healthz`` answers 200 without a decision (readiness probes).
+``GET /healthz`` answers 200 without a decision (readiness probes). Every
+other answer carries ``Server-Timing: gateway;dur=<ms>``, the time the
+process took to start it (decision and sample backend).
 
 Callers identify themselves with ``X-Tenant``, ``X-User`` and ``X-Api-Key``
 headers (a real gateway would derive them from its authentication).
@@ -82,6 +84,7 @@ __all__ = [
     "main",
     "server_options",
     "with_health",
+    "with_timing",
 ]
 
 logger = logging.getLogger("gateway.demo")
@@ -291,7 +294,29 @@ class GatewayServer(BaseApplication):  # type: ignore[misc]  # gunicorn is untyp
         gateway.source.start()
         if gateway.events is not None:
             gateway.events.start()
-        return with_health(gateway.app)
+        return with_health(with_timing(gateway.app))
+
+
+def with_timing(
+    app: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]],
+) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
+    """Add ``Server-Timing: gateway;dur=<ms>``: how long the gateway took to start
+    its answer (the decision, and the sample backend), as the process saw it."""
+
+    def application(
+        environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        began = time.perf_counter()
+
+        def timed(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            took = (time.perf_counter() - began) * 1000
+            return start_response(
+                status, [*headers, ("Server-Timing", f"gateway;dur={took:.2f}")], *exc
+            )
+
+        return app(environ, timed)
+
+    return application
 
 
 def with_health(

@@ -12,16 +12,16 @@ from typing import Unpack
 
 import redis.asyncio
 
+from .backlog import Orphan
 from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
-from .concurrency import Orphan
 from .decision import Decision, Held
 from .engine import Engine, Prepared
 from .failure import CircuitBreaker
 from .hot import HotCall
 from .limiter import CoreOptions, LimiterCore, logger
 from .pipelining import DEFAULT_MAX_BATCH, AutoPipeline
-from .scripts import HOT, RELEASE, AsyncScript
+from .scripts import CHARGE, HOT, RELEASE, AsyncScript, charge_args
 from .snapshot import Snapshot
 
 __all__ = ["AsyncLimiter"]
@@ -64,7 +64,8 @@ class AsyncLimiter(LimiterCore):
         self.bucket = AsyncTokenBucket(client, pipeline=self.pipeline)
         self.hot = AsyncScript(client, HOT, pipeline=self.pipeline)
         self._release = AsyncScript(client, RELEASE, pipeline=self.pipeline)
-        self._releasing: asyncio.Task[None] | None = None
+        self._charge = AsyncScript(client, CHARGE)  # the backlog's: not batched
+        self._settling: asyncio.Task[None] | None = None
 
     async def decide(
         self,
@@ -99,8 +100,7 @@ class AsyncLimiter(LimiterCore):
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
         self.store_answered(breaker)
-        if reply[0] == 0:
-            self.remember(prepared, reply)
+        self.remember(prepared, reply)
         return engine.decision(prepared, reply, at=self.observe(reply[-1]))
 
     async def _decide_hot(
@@ -133,24 +133,32 @@ class AsyncLimiter(LimiterCore):
             logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)
             self.orphaned(held.keys, held.member)
 
-    def orphaned(self, keys: tuple[str, ...], member: str) -> None:
-        """Queue the release and run the task that releases orphans, if it is not running."""
-        self.orphans.add(keys, member)
-        if self._releasing is None or self._releasing.done():
-            self._releasing = asyncio.get_running_loop().create_task(
-                self._release_orphans()
-            )
+    def settle(self) -> None:
+        """Run the task that works off the backlog, if it is not running."""
+        if self._settling is None or self._settling.done():
+            self._settling = asyncio.get_running_loop().create_task(self._work())
 
-    async def _release_orphans(self) -> None:
-        """Release due orphans until there are none (the sync limiter's Releaser, as a task)."""
-        while (wait := self.orphans.next_in()) is not None:
-            await asyncio.sleep(wait)
+    async def _work(self) -> None:
+        """Release orphans and send charges until none is left (the sync
+        limiter's :class:`~.backlog.Backlog` thread, as a task)."""
+        while waits := [
+            w for w in (self.orphans.next_in(), self.charges.next_in()) if w is not None
+        ]:
+            await asyncio.sleep(min(waits))
             due = self.orphans.due()
             for index, orphan in enumerate(due):
                 if not await self._release_one(orphan):
                     for later in due[index:]:
                         self.orphans.failed(later)
                     break
+            taken = self.charges.take()
+            for index, owed in enumerate(taken):
+                try:
+                    await self._charge(owed.keys, charge_args(owed))
+                except Exception:  # the task must outlive any error; retried later
+                    self.charges.failed(taken[index:])
+                    break
+                self.charges.done()
 
     async def _release_one(self, orphan: Orphan) -> bool:
         try:

@@ -33,6 +33,7 @@ __all__ = [
     "connect",
     "connect_async",
     "geometry",
+    "patient",
 ]
 
 SCRIPT = (
@@ -142,6 +143,23 @@ def connect_async(
         url, max_connections=max_connections, timeout=timeout, **options
     )
     return redis.asyncio.Redis(connection_pool=pool)
+
+
+def patient(client: Client, *, timeout: float = 1.0) -> Client:
+    """A client of the same Redis with ``timeout`` for work off the request path
+    (the backlog, :mod:`.backlog`), so that a Redis too busy for the limiter's
+    short timeout still takes it. A cluster client is returned as it is."""
+    if not isinstance(client, redis.Redis):
+        return client
+    pool = client.connection_pool
+    options = {
+        **pool.connection_kwargs,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+    }
+    return redis.Redis(
+        connection_pool=type(pool)(connection_class=pool.connection_class, **options)
+    )
 
 
 class TokenBucket(Script):

@@ -8,7 +8,9 @@ Each route carries a failure mode in the snapshot:
   (the fleet: ``gateways x (burst + rate x s)``), instead of everything. A key
   Redis rejected shortly before starts from the debt Redis reported (the
   reject cache's last word), so a tenant already at its limit gets about
-  ``rate x s`` per gateway, not a fresh burst;
+  ``rate x s`` per gateway, not a fresh burst. What it admits is charged to
+  the Redis buckets once Redis answers (:mod:`.backlog`), so calls that time
+  out now and then on a busy Redis do not grant each refilled token twice;
 - ``open-unbounded``: admit everything, unchecked (what ``open`` did before it
   was bounded), and mark the decision degraded and fail-open;
 - ``closed``: answer 503 with ``Retry-After``: the limiter, not the client, is at fault;
@@ -39,6 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 
+from .backlog import Charges
 from .concurrency import LocalSlots, slot_statuses
 from .decision import Decision, Held, Outcome
 from .engine import Engine, PolicyPlan, Prepared
@@ -62,11 +65,12 @@ class CircuitBreaker:
     least ``min_calls`` of them ended there and a ``failure_rate`` share of
     those failed: a stall that times out a few calls of a busy Redis does not
     open it, an outage does within about a window (at once when calls fail
-    fast, as against a dead server). Open, it lets one probe through after
-    ``cooldown`` seconds; each failed probe doubles the wait, up to
-    ``max_cooldown``; a good call closes it and forgets the window. So a
-    300 ms stall costs about itself, and once Redis answers again the next
-    probe finds it within the current cooldown (0.1 s for the first ones).
+    fast, as against a dead server). Open, it lets one probe through every
+    ``cooldown`` seconds; once it has been open for ``patience`` seconds, each
+    failed probe doubles the wait, up to ``max_cooldown``; a good call closes
+    it and forgets the window. So a stall shorter than ``patience`` costs about
+    itself plus at most one cooldown (0.1 s) once Redis answers again, and a
+    dead Redis is probed about once per ``max_cooldown``.
 
     ``node``: the Redis Cluster node it guards, when it is one of a limiter's
     per-node breakers (:meth:`like`); empty for a single Redis.
@@ -80,6 +84,7 @@ class CircuitBreaker:
         window: float = 1.0,
         cooldown: float = 0.1,
         max_cooldown: float = 1.0,
+        patience: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         node: str = "",
     ) -> None:
@@ -87,6 +92,7 @@ class CircuitBreaker:
             raise ValueError("failure_rate in (0, 1], min_calls >= 1, window > 0")
         self.failure_rate, self.min_calls, self.window = failure_rate, min_calls, window
         self.cooldown, self.max_cooldown = cooldown, max(cooldown, max_cooldown)
+        self.patience = patience
         self.node = node
         self._clock = clock
         self._lock = threading.Lock()
@@ -94,6 +100,7 @@ class CircuitBreaker:
         self._cells: list[list[int]] = [[-1, 0, 0] for _ in range(_SLICES)]
         self._state = BreakerState.CLOSED
         self._opened_at = 0.0
+        self._down_since = 0.0  #: when it opened from closed
         self._wait = cooldown  #: the cooldown in force (grows while probes fail)
 
     @property
@@ -102,7 +109,8 @@ class CircuitBreaker:
 
     @property
     def current_cooldown(self) -> float:
-        """Seconds between probes right now (``cooldown``, doubled per failed probe)."""
+        """Seconds between probes right now (``cooldown``; doubled per failed probe
+        once open for ``patience``)."""
         return self._wait
 
     def like(self, node: str) -> CircuitBreaker:
@@ -113,6 +121,7 @@ class CircuitBreaker:
             window=self.window,
             cooldown=self.cooldown,
             max_cooldown=self.max_cooldown,
+            patience=self.patience,
             clock=self._clock,
             node=node,
         )
@@ -146,15 +155,20 @@ class CircuitBreaker:
             self._count(failed=False)
 
     def failed(self) -> None:
-        """Record a failed call: a failed probe reopens for longer; when closed,
-        a failure rate of ``failure_rate`` over ``min_calls`` calls or more opens."""
+        """Record a failed call: a failed probe reopens (for longer once open for
+        ``patience``); when closed, a failure rate of ``failure_rate`` over
+        ``min_calls`` calls or more opens."""
         with self._lock:
             self._count(failed=True)
             if self._state is BreakerState.HALF_OPEN:
-                self._open(min(self.max_cooldown, 2 * self._wait))
+                patient = self._clock() - self._down_since < self.patience
+                self._open(
+                    self._wait if patient else min(self.max_cooldown, 2 * self._wait)
+                )
             elif self._state is BreakerState.CLOSED:
                 calls, failures = self.counts()
                 if calls >= self.min_calls and failures >= self.failure_rate * calls:
+                    self._down_since = self._clock()
                     self._open(self.cooldown)
 
     def counts(self) -> tuple[int, int]:
@@ -260,11 +274,14 @@ def failover(
     slots: LocalSlots | None = None,
     owed: Sequence[int] = (),
     at: float = 0.0,
+    charges: Charges | None = None,
 ) -> Decision:
     """Decide without Redis by the route's failure mode (see the module docstring).
 
     ``owed``: the debts Redis last reported for ``prepared.keys`` (see
-    :class:`LocalBuckets`); ``at``: the decision's time (epoch seconds, store clock).
+    :class:`LocalBuckets`); ``at``: the decision's time (epoch seconds, store
+    clock); ``charges``: where what ``open`` admits is owed to Redis
+    (:mod:`.backlog`).
     """
     mode = prepared.failure_mode
     if mode is FailureMode.LOCAL:
@@ -274,6 +291,8 @@ def failover(
     else:
         return _unchecked(engine, prepared, error=error, retry_after=retry_after, at=at)
     decision = _local(engine, prepared, local, slots or LocalSlots(), share, owed, at)
+    if charges is not None and decision.allowed and mode is FailureMode.OPEN:
+        _owe(charges, prepared, decision)
     return decision._replace(
         outcome=admitted_as if decision.allowed else decision.outcome,
         degraded=True,
@@ -315,6 +334,19 @@ def _local(
         return decision
     statuses = decision.statuses + statuses
     return engine.conclude(prepared, plan, statuses, True, at=at)._replace(held=held)
+
+
+def _owe(charges: Charges, prepared: Prepared, decision: Decision) -> None:
+    """Owe Redis what the local buckets just charged (the limits that fit)."""
+    limits = prepared.plan.limits
+    charges.add(
+        tuple(prepared.keys),
+        tuple(
+            p.geometry.increment if s.fits else 0
+            for p, s in zip(limits, decision.statuses, strict=False)
+        ),
+        tuple(p.geometry.capacity for p in limits),
+    )
 
 
 def _unchecked(

@@ -83,8 +83,8 @@ def hot_finish(
     plan, admitted = prepared.plan, reply[0] == 1
     _settle(prepared, call, reply, leases, admitted=admitted, now=now)
     offset = 1 + 3 * len(plan.limits)
+    rejections.remember(plan, prepared.keys, reply, now, step=3)
     if not admitted:
-        rejections.remember(plan, prepared.keys, reply, now, step=3)
         rejections.remember_slots(prepared.slots, reply, offset)
     statuses = bucket_statuses(plan, prepared.keys, reply, step=3)
     statuses += slot_statuses(plan, prepared.slots, reply, offset)

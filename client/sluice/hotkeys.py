@@ -33,17 +33,17 @@ PAID, REFILL, SINGLE = 0, 1, 2  #: what :meth:`Leases.take` asks of a request
 class RejectCache:
     """Buckets known to reject until a moment, learned from rejections (``max_keys`` 0: off).
 
-    Besides the buckets that rejected, it keeps what the same reply said of the
-    policy's other buckets and concurrency slots, so that an answer from the
-    cache shows the last known state of every limit (:meth:`answer`), and so
-    that a failover can start its local buckets from Redis's last word
-    (:meth:`owed`).
+    Besides the buckets that rejected, it keeps what every reply said of each
+    bucket, and what a rejection said of the concurrency slots, so that an
+    answer from the cache shows the last known state of every limit
+    (:func:`.hot.cached_rejection`), and so that a failover starts its local
+    buckets from Redis's last word (:meth:`owed`).
     """
 
     def __init__(self, *, max_keys: int = 100_000) -> None:
         self.max_keys = max_keys
         self.entries: dict[str, int] = {}  #: bucket key -> when its debt is paid, µs
-        self.seen: dict[str, int] = {}  #: every bucket of a rejection -> its TAT, µs
+        self.seen: dict[str, int] = {}  #: bucket key -> its TAT at the last reply, µs
         self.inflight: dict[str, int] = {}  #: slot key -> requests in flight then
         self.hits = 0  #: requests rejected from the cache, without Redis
 
@@ -55,18 +55,24 @@ class RejectCache:
         now: int,
         step: int = 2,
     ) -> None:
-        """Note the buckets of a rejecting ``reply`` (``step`` values per bucket):
-        when the enforcing ones that did not fit are paid off, and every one's debt."""
+        """Note what a Redis ``reply`` said (``step`` values per bucket): every
+        bucket's debt and, for a rejection, when the enforcing buckets that did
+        not fit are paid off. Called for every reply: the failure modes start
+        from the debt Redis last reported, so they never grant again a token
+        Redis granted."""
         if not self.max_keys:
             return
-        if len(self.entries) >= self.max_keys or len(self.seen) >= 2 * self.max_keys:
-            self.clear()  # many abusers at once: start afresh
+        seen = self.seen
+        if len(seen) >= 2 * self.max_keys or len(self.entries) >= self.max_keys:
+            self.clear()  # many keys, or many abusers at once: start afresh
+        for index, key in enumerate(keys):
+            seen[key] = now + reply[step * index + 2]
+        if reply[0] == 1:
+            return
         for index, limit_plan in enumerate(plan.limits):
             at = step * index + 1
-            tat = now + reply[at + 1]
-            self.seen[keys[index]] = tat
             if reply[at] != 1 and not limit_plan.limit.shadow:
-                self.entries[keys[index]] = tat
+                self.entries[keys[index]] = now + reply[at + 1]
 
     def remember_slots(
         self, keys: tuple[str, ...], reply: list[int], offset: int

@@ -20,10 +20,11 @@ from typing import TypedDict, Unpack
 import redis
 import redis.asyncio
 
-from .bucket import STORE_ERRORS, Client, TokenBucket, connect
+from .backlog import Backlog, Charge, Charges, Orphans
+from .bucket import STORE_ERRORS, Client, TokenBucket, connect, patient
 from .bundle import Bundle, SnapshotProvider, StaticSource
 from .cluster import DeferredCluster
-from .concurrency import LocalSlots, Orphans, Releaser, RequestIds
+from .concurrency import LocalSlots, RequestIds
 from .decision import Decision, Held
 from .engine import Engine, Prepared
 from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
@@ -31,7 +32,7 @@ from .hot import HotCall, cached_rejection, hot_abort, hot_begin, hot_finish
 from .hotkeys import Leases, RejectCache
 from .metrics import DecisionEvents
 from .rules import FailureMode
-from .scripts import HOT, RELEASE, Script
+from .scripts import CHARGE, HOT, RELEASE, Script, charge_args
 from .snapshot import Snapshot
 
 __all__ = ["Limiter", "LimiterCore"]
@@ -91,6 +92,7 @@ class LimiterCore:
         self.leases = Leases()
         self.request_ids = RequestIds()
         self.orphans = Orphans(clock=clock)
+        self.charges = Charges(clock=clock)
         self._wall = wall
         self._clock = clock
         self._offset: float | None = None  #: Redis epoch seconds minus ``clock``
@@ -162,7 +164,8 @@ class LimiterCore:
         )
 
     def remember(self, prepared: Prepared, reply: list[int]) -> None:
-        """Note the buckets of a rejection (token-bucket reply) in the reject cache."""
+        """Note what a token-bucket reply said of the buckets (the reject cache:
+        what rejected, and every bucket's debt for the failure modes)."""
         self.rejections.remember(prepared.plan, prepared.keys, reply, self.now())
 
     def hot_begin(self, engine: Engine, prepared: Prepared) -> Decision | HotCall:
@@ -204,8 +207,13 @@ class LimiterCore:
         return self.store_failed(engine, prepared, exc, breaker)
 
     def orphaned(self, keys: tuple[str, ...], member: str) -> None:
-        """Release ``member`` from ``keys`` in the background (the subclasses do)."""
+        """Release ``member`` from ``keys`` in the background (:mod:`.backlog`)."""
         self.orphans.add(keys, member)
+        self.settle()
+
+    def settle(self) -> None:
+        """Have the backlog (orphans, charges) worked off in the background: the
+        subclasses run it (a thread, an asyncio task)."""
 
     def record(self, tenant: str | None, decision: Decision) -> Decision:
         """Hand ``decision`` to the decision events, if any; return it."""
@@ -271,7 +279,7 @@ class LimiterCore:
         self, engine: Engine, prepared: Prepared, error: str, breaker: CircuitBreaker
     ) -> Decision:
         rejections = self.rejections
-        return failover(
+        decision = failover(
             engine,
             prepared,
             error=error,
@@ -280,7 +288,11 @@ class LimiterCore:
             slots=self.slots,
             owed=rejections.owed(prepared.keys, self.now()) if rejections.seen else (),
             at=self.store_time(),
+            charges=self.charges,
         )
+        if self.charges.pending:
+            self.settle()
+        return decision
 
 
 class Limiter(LimiterCore):
@@ -307,7 +319,15 @@ class Limiter(LimiterCore):
         self.bucket = TokenBucket(client)
         self.hot = Script(client, HOT)
         self._release = Script(client, RELEASE)
-        self.releaser = Releaser(self.orphans, self._release_now)
+        background = patient(client)
+        self._release_later = Script(background, RELEASE)
+        self._charge = Script(background, CHARGE)
+        self.backlog = Backlog(
+            self.orphans,
+            self.charges,
+            release=self._release_now,
+            charge=self._charge_now,
+        )
 
     def decide(
         self,
@@ -349,8 +369,7 @@ class Limiter(LimiterCore):
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
         self.store_answered(breaker)
-        if reply[0] == 0:
-            self.remember(prepared, reply)
+        self.remember(prepared, reply)
         return engine.decision(prepared, reply, at=self.observe(reply[-1]))
 
     def _decide_hot(
@@ -387,9 +406,12 @@ class Limiter(LimiterCore):
             logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)
             self.orphaned(held.keys, held.member)
 
-    def orphaned(self, keys: tuple[str, ...], member: str) -> None:
-        self.releaser.add(keys, member)
+    def settle(self) -> None:
+        self.backlog.wake()
 
     def _release_now(self, keys: tuple[str, ...], member: str) -> int:
-        removed: int = self._release(keys, [member.encode()])
+        removed: int = self._release_later(keys, [member.encode()])
         return removed
+
+    def _charge_now(self, owed: Charge) -> None:
+        self._charge(owed.keys, charge_args(owed))

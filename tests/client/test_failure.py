@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
@@ -124,12 +125,16 @@ def test_decide__redis_paused__times_out_then_recovers(private_redis):
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
         admin.close()
+    deadline = time.monotonic() + 5
+    while limiter.charges.charged < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     recovered = limiter.decide(route="search", ip="10.0.0.1")
-    # Then it times out into the route's mode, and the next one is normal again
+    # Then it times out into the route's mode (admitted by the local bucket), the
+    # next one is normal again, and Redis was charged for the one it did not see
     assert slow.outcome is Outcome.FAIL_OPEN
     assert "Timeout" in slow.error
     assert not recovered.degraded
-    assert recovered.remaining == 7
+    assert recovered.remaining == 6
 
 
 def test_decide__redis_stopped_local_mode__enforces_a_share_of_the_limit(private_redis):
@@ -274,24 +279,31 @@ def test_breaker__calls_older_than_the_window__no_longer_count():
     assert breaker.counts() == (10, 10)
 
 
-def test_breaker__failed_probes__cooldown_doubles_to_the_max_and_a_success_resets_it():
-    # Given a breaker that opened (first cooldown 0.1 s, at most 0.4 s)
+def test_breaker__short_stall__probes_every_cooldown_then_slower_up_to_the_max():
+    # Given a breaker that opened (cooldown 0.1 s; slower after 1 s; at most 0.4 s)
     clock = FakeClock()
-    breaker = CircuitBreaker(min_calls=1, cooldown=0.1, max_cooldown=0.4, clock=clock)
+    breaker = CircuitBreaker(
+        min_calls=1, cooldown=0.1, max_cooldown=0.4, patience=1.0, clock=clock
+    )
     breaker.failed()
-    waits = [breaker.retry_after()]
-    # When each probe fails, then one succeeds
-    for _ in range(3):
-        clock.now += breaker.retry_after()
+    waits, down = [breaker.retry_after()], 0.0
+    # When every probe fails for 2 s, then one succeeds
+    while down < 2.0:
+        wait = breaker.retry_after()
+        clock.now += wait
+        down += wait
         assert breaker.allow()
         breaker.failed()
         waits.append(breaker.retry_after())
     clock.now += breaker.retry_after()
     assert breaker.allow()
     breaker.succeeded()
-    # Then the waits grew 0.1, 0.2, 0.4, 0.4; closed, the window is forgotten
-    # and the next opening waits 0.1 s again
-    assert waits == pytest.approx([0.1, 0.2, 0.4, 0.4])
+    # Then it probed every 0.1 s for the first second (a short stall costs at
+    # most 0.1 s more than itself), then every 0.2, 0.4, 0.4 s; closed, the
+    # window is forgotten and the next opening waits 0.1 s again
+    assert waits[:10] == pytest.approx([0.1] * 10)
+    assert waits[10:13] == pytest.approx([0.2, 0.4, 0.4])
+    assert waits[13:] == pytest.approx([0.4] * len(waits[13:]))
     assert breaker.state is BreakerState.CLOSED
     assert breaker.counts() == (1, 0)
     breaker.failed()

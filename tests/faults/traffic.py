@@ -119,12 +119,12 @@ def wrong_modes(seen: list[Seen]) -> list[Seen]:
 
 @dataclass
 class Hammer:
-    """``threads`` threads per limiter sending one tenant's request as fast as they
+    """``threads`` threads per limiter sending ``tenants``' requests as fast as they
     can (each limiter one gateway process); every decision kept, in time order."""
 
     limiters: list[Limiter]
     route: str = "search"
-    tenant: str = "acme"
+    tenants: tuple[str, ...] = ("acme",)  #: each thread cycles through them
     threads: int = 4
     seen: list[Seen] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
@@ -142,14 +142,13 @@ class Hammer:
         return self
 
     def _run(self, limiter: Limiter) -> None:
-        mine = []
+        mine, tenants = [], itertools.cycle(self.tenants)
         try:
             while not self._stop.is_set():
+                tenant = next(tenants)
                 began = time.monotonic()
-                decision = limiter.decide(route=self.route, tenant=self.tenant)
-                mine.append(
-                    Seen(began, time.monotonic() - began, decision, self.tenant)
-                )
+                decision = limiter.decide(route=self.route, tenant=tenant)
+                mine.append(Seen(began, time.monotonic() - began, decision, tenant))
                 if decision.held is not None:
                     limiter.release(decision)
         except BaseException as exc:  # decide must never raise: stop() reports it
