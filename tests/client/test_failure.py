@@ -237,6 +237,34 @@ def test_async_decide__redis_stopped__same_failure_modes(private_redis):
     assert second.error == "circuit open"
 
 
+def test_async_decide__redis_back__what_failed_open_is_charged_to_it(private_redis):
+    # Given the asyncio limiter on a route that fails open, and Redis stopped
+    key = "rl:{ip:10.0.0.1}:route:*:ip:10.0.0.1:60s"
+
+    async def scenario():
+        limiter = AsyncLimiter(private_redis.url, RULES, timeout=0.5)
+        private_redis.stop()
+        # When 3 searches are admitted locally, and Redis comes back
+        admitted = [
+            await limiter.decide(route="search", ip="10.0.0.1") for _ in range(3)
+        ]
+        private_redis.start()
+        for _ in range(200):  # the backlog task retries every 0.1 s, doubling
+            if limiter.charges.charged:
+                break
+            await asyncio.sleep(0.02)
+        after = await limiter.decide(route="search", ip="10.0.0.1")
+        await limiter.aclose()
+        return admitted, after
+
+    admitted, after = asyncio.run(scenario())
+    # Then Redis was charged for them: 8 - 3 - 1 tokens are left
+    assert all(d.outcome is Outcome.FAIL_OPEN for d in admitted)
+    assert not after.degraded
+    assert after.remaining == 4
+    assert redis.Redis.from_url(private_redis.url).get(key) is not None
+
+
 def test_breaker__failures_below_the_rate__stays_closed():
     # Given a breaker judging 10 calls or more at a failure rate of 50 %
     clock = FakeClock()
