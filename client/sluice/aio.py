@@ -169,7 +169,10 @@ class AsyncLimiter(LimiterCore):
         return True
 
     async def aclose(self) -> None:
-        """Close the Redis client's connections (and the pipeline's own)."""
+        """Close the Redis client's connections (and the pipeline's own); stop the
+        backlog's task (what it still owes is dropped: slots expire, charges are lost)."""
+        if self._settling is not None and not self._settling.done():
+            self._settling.cancel()
         if self.pipeline is not None:
             await self.pipeline.aclose()
         await self.bucket.client.aclose()
