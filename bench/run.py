@@ -11,8 +11,9 @@ process and collects what it prints into ``var/bench/report.md``:
 3. snapshot polling (``bench/polling.py``) against gunicorn, on those rules;
 4. decisions under load (``bench/load.py``): one Redis and a 3-master cluster;
 5. accuracy under concurrency (``bench/accuracy.py``);
-6. Postgres restarted during a publish, on a private cluster (``bench/pg_restart.py``);
-7. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
+6. accuracy with a stalling Redis, through the demo gateway (``bench/stall.py``);
+7. Postgres restarted during a publish, on a private cluster (``bench/pg_restart.py``);
+8. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
 
 ``--quick`` shrinks every part (a smoke run of a few minutes). Never asserts
 on time; a part that fails is reported as failed and the others still run.
@@ -93,6 +94,12 @@ def parts(redis_url: str) -> list[Part]:
             "Accuracy under concurrency",
             ("-m", "bench.accuracy", "--seconds", "30"),
             ("--seconds", "5"),
+        ),
+        Part(
+            "Accuracy with a stalling Redis",
+            ("-m", "bench.stall"),
+            ("--seconds", "15", "--reference-seconds", "5"),
+            timeout=300,
         ),
         Part(
             "Postgres restarted during a publish",

@@ -3,7 +3,10 @@
 Run ``make gateway`` (or ``python -m gateway.demo``). It polls the control
 plane's snapshot endpoint for its rules (``sluice.SnapshotSource``),
 decides every request in Redis, and answers 429 with RateLimit headers once a
-tenant is over its limit. Configuration, all from the environment:
+tenant is over its limit. It is served by gunicorn (``gthread`` workers: each
+worker process a gateway of its own, with its own poller, buckets for the
+failure modes and decision events; threads answer the requests), with a
+listen backlog of 2048. Configuration, all from the environment:
 
 =========================== ========================================== ==============================
 variable                    default                                    meaning
@@ -12,22 +15,31 @@ SLUICE_CONTROL_PLANE_URL    http://127.0.0.1:8000                      control p
 SLUICE_GATEWAY_TOKEN        (empty)                                    gateway token (Bearer)
 SLUICE_GATEWAY_TOKEN_FILE   (empty)                                    or a file holding it
 SLUICE_GATEWAY_ID           the host name                              reported in Sluice-Gateway-Id
-SLUICE_REDIS_URL            redis://127.0.0.1:6379/0                   Redis for the buckets
-SLUICE_REDIS_CLUSTER        0                                          1: the URL is a Redis Cluster node
+SLUICE_REDIS_URL            redis://127.0.0.1:6379/0                   Redis for the buckets (a cluster:
+                                                                       seeds, comma-separated)
+SLUICE_REDIS_CLUSTER        0                                          1: the URL names Redis Cluster nodes
 SLUICE_REDIS_TIMEOUT        0.005                                      seconds per Redis call
 SLUICE_SNAPSHOT_CACHE       .sluice/gateway-<id>.json                  last good rules on disk
 SLUICE_POLL_INTERVAL        5                                          seconds between polls
 SLUICE_TRUSTED_PROXIES      (empty)                                    comma-separated proxy addresses
 SLUICE_GATEWAY_HOST / PORT  127.0.0.1 / 8080                           where the gateway listens
+SLUICE_GATEWAY_WORKERS      2                                          gunicorn worker processes
+SLUICE_GATEWAY_THREADS      16                                         threads per worker
 SLUICE_BUNDLE_FILE          (empty)                                    rules from this bundle file
                                                                        (``manage.py gateway_bundle``)
                                                                        instead of polling; re-read
                                                                        when it changes
 SLUICE_EVENTS               1                                          0: no decision events
 SLUICE_EVENTS_REDIS_URL     SLUICE_REDIS_URL                           Redis of the decision stream
-                                                                       (the control plane's REDIS_URL)
+                                                                       (the control plane's REDIS_URL;
+                                                                       a cluster's seeds when unset and
+                                                                       SLUICE_REDIS_CLUSTER is 1)
 SLUICE_GATEWAY_LOG_LEVEL    INFO                                       WARNING: no line per request
 =========================== ========================================== ==============================
+
+``GET /healthz`` answers 200 without a decision (readiness probes). Every
+other answer carries ``Server-Timing: gateway;dur=<ms>``, the time the
+process took to start it (decision and sample backend).
 
 Callers identify themselves with ``X-Tenant``, ``X-User`` and ``X-Api-Key``
 headers (a real gateway would derive them from its authentication).
@@ -44,9 +56,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from gunicorn.app.base import BaseApplication
 
 from sluice import (
     Bundle,
@@ -62,7 +74,18 @@ from sluice import (
 from sluice.bundle import parse_bundle_bytes
 from sluice.wsgi import RateLimitMiddleware
 
-__all__ = ["BundleFile", "Gateway", "backends", "build", "identify", "main"]
+__all__ = [
+    "BundleFile",
+    "Gateway",
+    "GatewayServer",
+    "backends",
+    "build",
+    "identify",
+    "main",
+    "server_options",
+    "with_health",
+    "with_timing",
+]
 
 logger = logging.getLogger("gateway.demo")
 SNAPSHOT_PATH = "/api/v1/snapshot"
@@ -198,11 +221,13 @@ def _source(env: Mapping[str, str], gateway_id: str) -> SnapshotSource | BundleF
 def _events(env: Mapping[str, str], gateway_id: str) -> DecisionEvents | None:
     if env.get("SLUICE_EVENTS", "1") == "0":
         return None
-    url = env.get("SLUICE_EVENTS_REDIS_URL") or env.get(
-        "SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"
-    )
+    url = env.get("SLUICE_EVENTS_REDIS_URL")
+    cluster = not url and env.get("SLUICE_REDIS_CLUSTER", "0") == "1"
+    url = url or env.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0")
     # The flush runs in a background thread: a generous timeout costs no request anything.
-    return DecisionEvents(connect(url, timeout=2.0), gateway_id=gateway_id)
+    return DecisionEvents(
+        connect(url, timeout=2.0, cluster=cluster), gateway_id=gateway_id
+    )
 
 
 def build(env: Mapping[str, str]) -> Gateway:
@@ -228,18 +253,94 @@ def build(env: Mapping[str, str]) -> Gateway:
     return Gateway(app, source, limiter, events)
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+def server_options(env: Mapping[str, str]) -> dict[str, Any]:
+    """gunicorn's settings for the gateway, from ``env`` (see the module docstring)."""
+    host = env.get("SLUICE_GATEWAY_HOST", "127.0.0.1")
+    port = env.get("SLUICE_GATEWAY_PORT", "8080")
+    quiet = env.get("SLUICE_GATEWAY_LOG_LEVEL", "INFO").upper() not in ("DEBUG", "INFO")
+    return {
+        "bind": f"{host}:{port}",
+        "workers": int(env.get("SLUICE_GATEWAY_WORKERS", "2")),
+        "worker_class": "gthread",
+        "threads": int(env.get("SLUICE_GATEWAY_THREADS", "16")),
+        "backlog": 2048,
+        "keepalive": 5,
+        "graceful_timeout": 10,
+        "accesslog": None if quiet else "-",
+        "loglevel": "warning" if quiet else "info",
+        "worker_exit": _worker_exit,
+    }
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.info("%s %s", self.address_string(), format % args)
+#: The gateway this worker process built (each gunicorn worker builds its own).
+_running: Gateway | None = None
 
 
-def serve(gateway: Gateway, host: str, port: int) -> WSGIServer:
-    """A threaded stdlib WSGI server for ``gateway`` (call ``serve_forever``)."""
-    return make_server(host, port, gateway.app, _ThreadingServer, _QuietHandler)
+class GatewayServer(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
+    """gunicorn running the demo gateway: each worker builds and starts its own."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        super().__init__()
+
+    def load_config(self) -> None:
+        for name, value in server_options(self.env).items():
+            self.cfg.set(name, value)
+
+    def load(self) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
+        """Called in each worker after the fork: threads must start there."""
+        global _running
+        gateway = _running = build(self.env)
+        gateway.source.start()
+        if gateway.events is not None:
+            gateway.events.start()
+        return with_health(with_timing(gateway.app))
+
+
+def with_timing(
+    app: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]],
+) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
+    """Add ``Server-Timing: gateway;dur=<ms>``: how long the gateway took to start
+    its answer (the decision, and the sample backend), as the process saw it."""
+
+    def application(
+        environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        began = time.perf_counter()
+
+        def timed(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            took = (time.perf_counter() - began) * 1000
+            return start_response(
+                status, [*headers, ("Server-Timing", f"gateway;dur={took:.2f}")], *exc
+            )
+
+        return app(environ, timed)
+
+    return application
+
+
+def with_health(
+    app: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]],
+) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
+    """``GET /healthz`` answered 200 before the limiter (load balancers, readiness
+    probes: not a decision, not an event); everything else goes to ``app``."""
+
+    def application(
+        environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/healthz":
+            return _json(start_response, "200 OK", {"status": "ok"})
+        return app(environ, start_response)
+
+    return application
+
+
+def _worker_exit(server: Any, worker: Any) -> None:
+    """Stop polling and flush the last decision events when a worker stops."""
+    if _running is not None:
+        _running.source.stop()
+        if _running.events is not None:
+            _running.events.stop()
 
 
 def main() -> None:
@@ -247,26 +348,13 @@ def main() -> None:
         level=os.environ.get("SLUICE_GATEWAY_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(name)s %(message)s",
     )
-    gateway = build(os.environ)
-    gateway.source.start()
-    if gateway.events is not None:
-        gateway.events.start()
-    host = os.environ.get("SLUICE_GATEWAY_HOST", "127.0.0.1")
-    port = int(os.environ.get("SLUICE_GATEWAY_PORT", "8080"))
-    server = serve(gateway, host, port)
-    origin = getattr(gateway.source, "url", None) or getattr(gateway.source, "path", "")
-    print(
-        f"Sluice demo gateway on http://{host}:{port}/v1/search  (rules from {origin})"
+    env = dict(os.environ)
+    bind = server_options(env)["bind"]
+    origin = env.get("SLUICE_BUNDLE_FILE") or env.get(
+        "SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8000"
     )
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        gateway.source.stop()
-        if gateway.events is not None:
-            gateway.events.stop()
-        server.server_close()
+    print(f"Sluice demo gateway on http://{bind}/v1/search  (rules from {origin})")
+    GatewayServer(env).run()
 
 
 if __name__ == "__main__":

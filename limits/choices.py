@@ -12,12 +12,25 @@ from sluice.snapshot import ScopeKind as _ScopeKind
 FailureMode = models.TextChoices(
     "FailureMode",
     [
-        ("OPEN", (_FailureMode.OPEN.value, "open: admit while the limiter is down")),
+        (
+            "OPEN",
+            (
+                _FailureMode.OPEN.value,
+                "open: admit up to the whole limit per gateway while the limiter is down",
+            ),
+        ),
         (
             "CLOSED",
             (_FailureMode.CLOSED.value, "closed: reject while the limiter is down"),
         ),
         ("LOCAL", (_FailureMode.LOCAL.value, "local: a strict in-process limit")),
+        (
+            "OPEN_UNBOUNDED",
+            (
+                _FailureMode.OPEN_UNBOUNDED.value,
+                "open-unbounded: admit everything while the limiter is down",
+            ),
+        ),
     ],
 )
 Dimension = models.TextChoices(

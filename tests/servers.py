@@ -289,3 +289,70 @@ class ControlPlaneServer:
                 self.process.wait(timeout=10)
         self.process = None
         self.log.unlink(missing_ok=True)
+
+
+@dataclass
+class DemoGatewayServer:
+    """``python -m gateway.demo`` (gunicorn) on 127.0.0.1, in its own process group.
+
+    ``env`` holds its ``SLUICE_*`` settings; the port is chosen here.
+    """
+
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    log: Path = field(
+        default_factory=lambda: Path(tempfile.mkstemp(prefix="sluice-gateway-")[1])
+    )
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> DemoGatewayServer:
+        env = {
+            **os.environ,
+            "SLUICE_GATEWAY_HOST": "127.0.0.1",
+            "SLUICE_GATEWAY_PORT": str(self.port),
+            "SLUICE_GATEWAY_LOG_LEVEL": "WARNING",
+            **self.env,
+        }
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gateway.demo"],
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until a worker answers HTTP (gunicorn binds before its workers boot)."""
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/healthz", timeout=1).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the demo gateway did not start:\n{self.log.read_text()[-3000:]}"
+                    ) from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGTERM to its process group: gunicorn stops its workers gracefully."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.process = None
+        self.log.unlink(missing_ok=True)

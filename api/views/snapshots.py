@@ -7,6 +7,7 @@ for a 304, bytes prepared at publish time for a 200.
 
 import time
 
+from django.db import DatabaseError
 from django.http import HttpResponse, HttpResponseNotModified
 from django.shortcuts import get_object_or_404
 from django.utils.cache import patch_vary_headers
@@ -21,7 +22,7 @@ from api.permissions import GatewayOrRole
 from api.schema import ErrorSerializer
 from limits.core.audit import request_ip
 from limits.gateways.bundle import Bundle, snapshot_bundle_get
-from limits.gateways.polling import gateway_poll
+from limits.gateways.polling import PollOutcome, PollUnavailable, gateway_poll
 from limits.gateways.reports import GatewayReport, parse_gateway_id
 from limits.models import GatewayToken, Snapshot
 from sluice import protocol
@@ -180,7 +181,9 @@ class SnapshotBundleView(APIView):
             400: ErrorSerializer,
             401: ErrorSerializer,
             503: OpenApiResponse(
-                ErrorSerializer, description="Nothing has been published yet."
+                ErrorSerializer,
+                description="Nothing has been published yet, or the control plane "
+                "can reach neither its Redis nor its database (with Retry-After).",
             ),
         },
     )
@@ -199,16 +202,25 @@ def _answer(request, secret: str, report: GatewayReport, *, errors: bool):
     outcome = getattr(request, "sluice_poll", None)  # polled already by the plain path
     if outcome is None:
         held = parse_etags(request.headers.get("If-None-Match", ""))
-        outcome = request.sluice_poll = gateway_poll(
-            secret=secret, report=report, held=held
-        )
+        try:
+            outcome = gateway_poll(secret=secret, report=report, held=held)
+        except PollUnavailable:
+            if not errors:
+                return None
+            raise StateUnavailable() from None
+        request.sluice_poll = outcome
     if not outcome.authorized:
         if not errors:
             return None
         raise exceptions.AuthenticationFailed("Invalid or revoked gateway token.")
     if outcome.etag is not None and _not_modified(request, outcome.etag):
         return _not_modified_response(outcome.etag)
-    bundle = _bundle(outcome.etag)
+    try:
+        bundle = _bundle(outcome)
+    except DatabaseError:  # Redis down too (snapshot_bundle_get tried Postgres)
+        if not errors:
+            return None
+        raise StateUnavailable() from None
     if bundle is None:
         if not errors:
             return None
@@ -226,10 +238,11 @@ def _answer(request, secret: str, report: GatewayReport, *, errors: bool):
 _BUNDLES: dict[str, Bundle] = {}
 
 
-def _bundle(etag: str | None) -> Bundle | None:
+def _bundle(outcome: PollOutcome) -> Bundle | None:
+    etag = outcome.etag
     if etag is not None and etag in _BUNDLES:
         return _BUNDLES[etag]
-    bundle = snapshot_bundle_get()
+    bundle = outcome.bundle or snapshot_bundle_get()  # outcome's: built from Postgres
     if bundle is not None:
         if len(_BUNDLES) >= 2:
             _BUNDLES.clear()
@@ -250,6 +263,19 @@ class NothingPublished(exceptions.APIException):
         "Nothing has been published yet; keep the rules you have and poll again."
     )
     default_code = "nothing_published"
+    wait = 5  #: seconds, sent as Retry-After
+
+
+class StateUnavailable(exceptions.APIException):
+    """Neither the control plane's Redis nor its database answered (never a 500)."""
+
+    status_code = 503
+    default_detail = (
+        "The control plane cannot read its state right now; "
+        "keep the rules you have and poll again."
+    )
+    default_code = "control_plane_unavailable"
+    wait = 5  #: seconds, sent as Retry-After
 
 
 class SnapshotDocumentView(APIView):

@@ -7,11 +7,12 @@ only the Redis calls are awaited.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Unpack
 
-import redis
 import redis.asyncio
 
+from .backlog import Orphan
 from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
 from .decision import Decision, Held
@@ -20,7 +21,7 @@ from .failure import CircuitBreaker
 from .hot import HotCall
 from .limiter import CoreOptions, LimiterCore, logger
 from .pipelining import DEFAULT_MAX_BATCH, AutoPipeline
-from .scripts import HOT, RELEASE, AsyncScript
+from .scripts import CHARGE, HOT, RELEASE, AsyncScript, charge_args
 from .snapshot import Snapshot
 
 __all__ = ["AsyncLimiter"]
@@ -63,6 +64,8 @@ class AsyncLimiter(LimiterCore):
         self.bucket = AsyncTokenBucket(client, pipeline=self.pipeline)
         self.hot = AsyncScript(client, HOT, pipeline=self.pipeline)
         self._release = AsyncScript(client, RELEASE, pipeline=self.pipeline)
+        self._charge = AsyncScript(client, CHARGE)  # the backlog's: not batched
+        self._settling: asyncio.Task[None] | None = None
 
     async def decide(
         self,
@@ -96,11 +99,9 @@ class AsyncLimiter(LimiterCore):
             reply = await self.bucket(prepared.keys, prepared.plan.args)
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
-        if breaker.troubled:
-            self.store_answered(breaker)
-        if reply[0] == 0:
-            self.remember(prepared, reply)
-        return engine.decision(prepared, reply)
+        self.store_answered(breaker)
+        self.remember(prepared, reply)
+        return engine.decision(prepared, reply, at=self.observe(reply[-1]))
 
     async def _decide_hot(
         self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
@@ -112,8 +113,8 @@ class AsyncLimiter(LimiterCore):
             reply = await self.hot(call.keys, call.args)
         except STORE_ERRORS as exc:
             return self.hot_failed(engine, prepared, call, exc, breaker)
-        if breaker.troubled:
-            self.store_answered(breaker)
+        self.store_answered(breaker)
+        self.observe(reply[-1])
         return self.hot_finish(engine, prepared, call, reply)
 
     async def release(self, decision: Decision) -> None:
@@ -128,11 +129,50 @@ class AsyncLimiter(LimiterCore):
             return
         try:
             await self._release(held.keys, [held.member.encode()])
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)
+            self.orphaned(held.keys, held.member)
+
+    def settle(self) -> None:
+        """Run the task that works off the backlog, if it is not running."""
+        if self._settling is None or self._settling.done():
+            self._settling = asyncio.get_running_loop().create_task(self._work())
+
+    async def _work(self) -> None:
+        """Release orphans and send charges until none is left (the sync
+        limiter's :class:`~.backlog.Backlog` thread, as a task)."""
+        while waits := [
+            w for w in (self.orphans.next_in(), self.charges.next_in()) if w is not None
+        ]:
+            await asyncio.sleep(min(waits))
+            due = self.orphans.due()
+            for index, orphan in enumerate(due):
+                if not await self._release_one(orphan):
+                    for later in due[index:]:
+                        self.orphans.failed(later)
+                    break
+            taken = self.charges.take()
+            for index, owed in enumerate(taken):
+                try:
+                    await self._charge(owed.keys, charge_args(owed))
+                except Exception:  # the task must outlive any error; retried later
+                    self.charges.failed(taken[index:])
+                    break
+                self.charges.done()
+
+    async def _release_one(self, orphan: Orphan) -> bool:
+        try:
+            removed = await self._release(orphan.keys, [orphan.member.encode()])
+        except Exception:  # the task must outlive any error; retried later
+            return False
+        self.orphans.done(orphan, int(removed))
+        return True
 
     async def aclose(self) -> None:
-        """Close the Redis client's connections (and the pipeline's own)."""
+        """Close the Redis client's connections (and the pipeline's own); stop the
+        backlog's task (what it still owes is dropped: slots expire, charges are lost)."""
+        if self._settling is not None and not self._settling.done():
+            self._settling.cancel()
         if self.pipeline is not None:
             await self.pipeline.aclose()
         await self.bucket.client.aclose()

@@ -18,19 +18,22 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .cluster import cluster_client, parse_seeds
 from .pipelining import AutoPipeline
 from .quota import Limit
-from .scripts import AsyncScript, Script
+from .scripts import AsyncScript, Client, Script
 
 __all__ = [
     "SCRIPT",
     "STORE_ERRORS",
     "AsyncTokenBucket",
+    "Client",
     "Geometry",
     "TokenBucket",
     "connect",
     "connect_async",
     "geometry",
+    "patient",
 ]
 
 SCRIPT = (
@@ -84,17 +87,23 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def connect(
-    url: str, *, timeout: float = 0.005, cluster: bool = False
-) -> redis.Redis | redis.RedisCluster:
-    """Return a client for the limiter: short timeouts, no retries, pooled connections."""
+def connect(url: str, *, timeout: float = 0.005, cluster: bool = False) -> Client:
+    """Return a client for the limiter: short timeouts, no retries, pooled connections.
+
+    With ``cluster``, ``url`` may name several seed nodes, comma-separated
+    (``redis://a:7000,b:7000``), and the client is a
+    :class:`~.cluster.DeferredCluster`: it is made once a seed answers, and a
+    ``CLUSTERDOWN`` reply fails the call at once (``sluice.cluster``).
+    """
     options: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "retry": _no_retry(),
     }
     if cluster:
-        return redis.RedisCluster.from_url(url, **options)
+        return cluster_client(url, **options)
+    if "," in url:
+        raise ValueError("several nodes in a URL need cluster=True")
     return redis.Redis.from_url(url, **options)
 
 
@@ -107,12 +116,15 @@ def connect_async(
 ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
     """The asyncio twin of :func:`connect`.
 
-    Without auto-pipelining every call in flight holds a connection. A plain Redis
-    gets a blocking pool: past ``max_connections`` calls in flight a call waits up
-    to ``timeout`` for a free one instead of failing at once, as redis-py's default
-    pool does. redis-py's cluster client has no such pool: past
-    ``max_connections`` calls in flight to one node, a call fails (and its decision
-    takes its failure mode). The auto-pipelined limiter needs one connection per node.
+    With ``cluster``, ``url`` may name several seed nodes, as for :func:`connect`
+    (the asyncio cluster client maps the cluster on its first command, so it
+    starts with its seeds down as it is). Without auto-pipelining every call in
+    flight holds a connection. A plain Redis gets a blocking pool: past
+    ``max_connections`` calls in flight a call waits up to ``timeout`` for a
+    free one instead of failing at once, as redis-py's default pool does.
+    redis-py's cluster client has no such pool: past ``max_connections`` calls
+    in flight to one node, a call fails (and its decision takes its failure
+    mode). The auto-pipelined limiter needs one connection per node.
     """
     options: dict[str, Any] = {
         "socket_timeout": timeout,
@@ -120,20 +132,41 @@ def connect_async(
         "retry": _no_retry(),
     }
     if cluster:
+        first, seeds = parse_seeds(url)
+        nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in seeds]
         return redis.asyncio.RedisCluster.from_url(
-            url, max_connections=max_connections, **options
+            first, startup_nodes=nodes, max_connections=max_connections, **options
         )
+    if "," in url:
+        raise ValueError("several nodes in a URL need cluster=True")
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=timeout, **options
     )
     return redis.asyncio.Redis(connection_pool=pool)
 
 
+def patient(client: Client, *, timeout: float = 1.0) -> Client:
+    """A client of the same Redis with ``timeout`` for work off the request path
+    (the backlog, :mod:`.backlog`), so that a Redis too busy for the limiter's
+    short timeout still takes it. A cluster client is returned as it is."""
+    if not isinstance(client, redis.Redis):
+        return client
+    pool = client.connection_pool
+    options = {
+        **pool.connection_kwargs,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+    }
+    return redis.Redis(
+        connection_pool=type(pool)(connection_class=pool.connection_class, **options)
+    )
+
+
 class TokenBucket(Script):
     """Runs the token-bucket script on a Redis or Redis Cluster client: one EVALSHA
     per call, on the lean path of :class:`~.scripts.Script`."""
 
-    def __init__(self, client: redis.Redis | redis.RedisCluster) -> None:
+    def __init__(self, client: Client) -> None:
         super().__init__(client, SCRIPT)
 
     def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> list[int]:

@@ -8,7 +8,12 @@ taken, so the cap heals by itself.
 
 When Redis is unavailable and the route fails ``local``, :class:`LocalSlots`
 counts in process with ``1/gateways`` of each cap (at least one), like
-:class:`~.failure.LocalBuckets` does for buckets.
+:class:`~.failure.LocalBuckets` does for buckets (``open``: the whole cap).
+
+A call that failed after it was sent may still have run in Redis: its reply
+was late or lost. Its request id may then sit in the in-flight sets although
+the gateway decided without it. Such ids, and releases that failed, are
+released in the background (:mod:`.backlog`) until Redis confirms.
 """
 
 from __future__ import annotations
@@ -73,16 +78,20 @@ class LocalSlots:
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, plan: PolicyPlan, keys: tuple[str, ...]) -> list[int]:
+    def acquire(
+        self, plan: PolicyPlan, keys: tuple[str, ...], *, share: int | None = None
+    ) -> list[int]:
         """Take a slot of every cap that has room; a reply in the script's slot shape.
 
         Returns ``[admitted, then per slot: fits, in flight after]``; nothing is
-        taken unless every enforcing slot has room.
+        taken unless every enforcing slot has room. ``share``: divide each cap
+        by this instead of ``gateways`` (1: the whole cap, the ``open`` mode).
         """
+        parts = self.gateways if share is None else share
         with self._lock:
             counts = [self._counts.get(key, 0) for key in keys]
             room = [
-                count < self.share(slot.limit.max_inflight)
+                count < max(1, slot.limit.max_inflight // parts)
                 for count, slot in zip(counts, plan.slots, strict=True)
             ]
             admitted = all(

@@ -47,7 +47,9 @@ class LimitStatus(NamedTuple):
     quota: int  #: the bucket's capacity in tokens (the burst): IETF ``q``
     window: int  #: whole seconds to refill the full bucket from empty: IETF ``w``
     fits: bool  #: whether this limit admitted the request
-    remaining: int  #: whole tokens left in the bucket after the decision
+    #: whole tokens left in the bucket after the decision; -1 when unknown (an
+    #: answer from the reject cache about a limit it never saw)
+    remaining: int
     reset: float  #: seconds until the bucket is full again
     retry_after: float  #: seconds until the request would fit; 0.0 when it fits
 
@@ -92,6 +94,10 @@ class Decision(NamedTuple):
     fail_open: bool = False  #: admitted unchecked because the store failed
     error: str | None = None  #: why the store was not used, for logs
     held: Held | None = None  #: concurrency slots to release when the response ends
+    #: epoch seconds of the decision on the store's clock (Redis ``TIME``): read
+    #: from the reply, or estimated from the last reply when decided in process;
+    #: 0.0 when no Redis reply was ever seen (then readers use their own clock)
+    at: float = 0.0
 
     @property
     def violated(self) -> tuple[LimitStatus, ...]:

@@ -158,12 +158,18 @@ class Engine:
         return min(moments, default=float("inf"))
 
     def decision(
-        self, prepared: Prepared, reply: list[int], *, plan: PolicyPlan | None = None
+        self,
+        prepared: Prepared,
+        reply: list[int],
+        *,
+        plan: PolicyPlan | None = None,
+        at: float = 0.0,
     ) -> Decision:
-        """Turn the script's reply (or a local bucket's, with its ``plan``) into a Decision."""
+        """Turn the script's reply (or a local bucket's, with its ``plan``) into a
+        Decision made at ``at`` (epoch seconds, store clock)."""
         plan = plan or prepared.plan
         statuses = bucket_statuses(plan, prepared.keys, reply)
-        return self.conclude(prepared, plan, statuses, reply[0] == 1)
+        return self.conclude(prepared, plan, statuses, reply[0] == 1, at=at)
 
     def conclude(
         self,
@@ -171,12 +177,16 @@ class Engine:
         plan: PolicyPlan,
         statuses: tuple[LimitStatus, ...],
         admitted: bool,
+        *,
+        at: float = 0.0,
     ) -> Decision:
         """The Decision for ``statuses`` (buckets, then concurrency slots if any)."""
         deciding = _deciding(statuses, admitted)
         shadow = any(not s.fits for s in statuses if s.limit.shadow)
         if deciding is None:  # validation forbids a policy of shadow limits only
-            return _undecided(self, prepared, plan, statuses, admitted, shadow)
+            return _undecided(
+                self, prepared, plan, statuses, admitted, shadow
+            )._replace(at=at)
         return Decision(
             admitted,
             200 if admitted else 429,
@@ -191,6 +201,7 @@ class Engine:
             prepared.route,
             statuses,
             shadow,
+            at=at,
         )
 
 

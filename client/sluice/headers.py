@@ -18,7 +18,13 @@ A concurrency limit (``<dimension>-concurrent``) is a policy in the draft's
 the Retry-After hint.
 
 Shadow limits are never advertised. A degraded decision (made without Redis)
-carries no RateLimit fields: its numbers are not the published ones.
+carries no RateLimit fields: its numbers are not the published ones. A limit
+whose state is unknown (``remaining`` -1: an answer from the reject cache that
+never saw it) is in ``RateLimit-Policy`` but left out of ``RateLimit``.
+
+``X-RateLimit-Reset`` is an epoch time: the decision's time on Redis's clock
+(``Decision.at``) plus the reset, never the gateway's own clock unless no
+Redis reply was ever seen.
 """
 
 from __future__ import annotations
@@ -87,7 +93,10 @@ def rate_limit_headers(
     github: bool = False,
     wall: Callable[[], float] = time.time,
 ) -> list[tuple[str, str]]:
-    """``RateLimit-Policy`` and ``RateLimit`` (and ``X-RateLimit-*`` when ``github``)."""
+    """``RateLimit-Policy`` and ``RateLimit`` (and ``X-RateLimit-*`` when ``github``).
+
+    ``wall`` is used only for a decision that carries no Redis time (``at`` 0.0).
+    """
     statuses = _advertised(decision)
     if not statuses:
         return []
@@ -98,7 +107,11 @@ def rate_limit_headers(
         ),
         (
             "RateLimit",
-            ", ".join(f'"{s.name}";r={s.remaining};t={_t(s)}' for s in statuses),
+            ", ".join(
+                f'"{s.name}";r={s.remaining};t={_t(s)}'
+                for s in statuses
+                if s.remaining >= 0
+            ),
         ),
     ]
     deciding = decision.deciding
@@ -106,7 +119,10 @@ def rate_limit_headers(
         headers += [
             ("X-RateLimit-Limit", str(deciding.quota)),
             ("X-RateLimit-Remaining", str(deciding.remaining)),
-            ("X-RateLimit-Reset", str(math.ceil(wall() + deciding.reset))),
+            (
+                "X-RateLimit-Reset",
+                str(math.ceil((decision.at or wall()) + deciding.reset)),
+            ),
         ]
     return headers
 

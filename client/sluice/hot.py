@@ -1,4 +1,5 @@
-"""Decisions of policies with leases or concurrency limits: the ``hot.lua`` path.
+"""Decisions of policies with leases or concurrency limits (the ``hot.lua`` path),
+and answers from the reject cache.
 
 A decision here is two steps around one Redis call, shared by the sync and
 asyncio limiters: :func:`hot_begin` spends leased tokens where it can and
@@ -6,6 +7,8 @@ returns either a finished :class:`~.decision.Decision` (every bucket paid from
 leases and no slot to take: no Redis call at all) or the :class:`HotCall` to
 send; :func:`hot_finish` turns the reply into the Decision, refills the lease
 pools and, for an admitted request, records the slots it holds.
+:func:`cached_rejection` answers a request the reject cache knows Redis would
+refuse, with the same limits (and concurrency limits) a Redis answer shows.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .concurrency import slot_statuses
-from .decision import Decision, Held
+from .decision import Decision, Held, LimitStatus
 from .engine import Engine, Prepared, bucket_statuses
 from .hotkeys import PAID, REFILL, Leases, RejectCache
 
-__all__ = ["HotCall", "hot_abort", "hot_begin", "hot_finish"]
+__all__ = ["HotCall", "cached_rejection", "hot_abort", "hot_begin", "hot_finish"]
 
 
 class HotCall(NamedTuple):
@@ -32,9 +35,16 @@ class HotCall(NamedTuple):
 
 
 def hot_begin(
-    engine: Engine, prepared: Prepared, leases: Leases, *, request_id: str, now: int
+    engine: Engine,
+    prepared: Prepared,
+    leases: Leases,
+    *,
+    request_id: str,
+    now: int,
+    at: float = 0.0,
 ) -> Decision | HotCall:
-    """Spend leased tokens; return the Decision when Redis is not needed, else the call."""
+    """Spend leased tokens; return the Decision (made at ``at``, store clock) when
+    Redis is not needed, else the call."""
     plan, keys = prepared.plan, prepared.keys
     roles: list[int | None] = []
     debts: list[int] = []
@@ -49,7 +59,7 @@ def hot_begin(
         reply = [1]
         for debt in debts:
             reply += [1, debt]
-        return engine.decision(prepared, reply)
+        return engine.decision(prepared, reply, at=at)
     args = [request_id.encode(), b"%d" % len(plan.limits)]
     for index, (limit_plan, role) in enumerate(zip(plan.limits, roles, strict=True)):
         want = 1 if role is None else {PAID: 0, REFILL: limit_plan.lease}.get(role, 1)
@@ -72,12 +82,13 @@ def hot_finish(
     """The Decision for ``reply`` to ``call``; settles leases and remembers rejections."""
     plan, admitted = prepared.plan, reply[0] == 1
     _settle(prepared, call, reply, leases, admitted=admitted, now=now)
-    if not admitted:
-        rejections.remember(plan, prepared.keys, reply, now, step=3)
     offset = 1 + 3 * len(plan.limits)
+    rejections.remember(plan, prepared.keys, reply, now, step=3)
+    if not admitted:
+        rejections.remember_slots(prepared.slots, reply, offset)
     statuses = bucket_statuses(plan, prepared.keys, reply, step=3)
     statuses += slot_statuses(plan, prepared.slots, reply, offset)
-    decision = engine.conclude(prepared, plan, statuses, admitted)
+    decision = engine.conclude(prepared, plan, statuses, admitted, at=reply[-1] / 1e6)
     if not admitted or not prepared.slots:
         return decision
     taken = tuple(
@@ -122,3 +133,39 @@ def hot_abort(prepared: Prepared, call: HotCall, leases: Leases) -> None:
             leases.settle(
                 prepared.keys[index], role, increment=increment, admitted=False
             )
+
+
+def cached_rejection(
+    engine: Engine, prepared: Prepared, rejections: RejectCache, *, now: int, at: float
+) -> Decision | None:
+    """The 429 the reject cache gives ``prepared`` (decided at ``at``), or None: ask Redis.
+
+    Every limit of the policy is in it, as a Redis answer would have it: each
+    with its last known state, paid down since; a limit the cache knows
+    nothing of has ``remaining`` -1 (the headers leave it out of ``RateLimit``).
+    """
+    plan = prepared.plan
+    reply = rejections.check(plan, prepared.keys, now)
+    if reply is None:
+        return None
+    statuses = tuple(
+        s if reply[2 + 2 * i] >= 0 else s._replace(remaining=-1, reset=0.0)
+        for i, s in enumerate(bucket_statuses(plan, prepared.keys, reply))
+    )
+    if prepared.slots:
+        statuses += _known_slots(prepared, rejections)
+    return engine.conclude(prepared, plan, statuses, False, at=at)
+
+
+def _known_slots(
+    prepared: Prepared, rejections: RejectCache
+) -> tuple[LimitStatus, ...]:
+    """Concurrency limits as last seen (free slots then, -1 when never seen)."""
+    statuses = []
+    for slot, key in zip(prepared.plan.slots, prepared.slots, strict=True):
+        most, count = slot.limit.max_inflight, rejections.inflight.get(key)
+        free = -1 if count is None else max(0, most - count)
+        statuses.append(
+            LimitStatus(slot.limit, slot.name, key, most, 0, True, free, 0.0, 0.0)
+        )
+    return tuple(statuses)

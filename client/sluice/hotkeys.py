@@ -31,11 +31,20 @@ PAID, REFILL, SINGLE = 0, 1, 2  #: what :meth:`Leases.take` asks of a request
 
 
 class RejectCache:
-    """Buckets known to reject until a moment, learned from rejections (``max_keys`` 0: off)."""
+    """Buckets known to reject until a moment, learned from rejections (``max_keys`` 0: off).
+
+    Besides the buckets that rejected, it keeps what every reply said of each
+    bucket, and what a rejection said of the concurrency slots, so that an
+    answer from the cache shows the last known state of every limit
+    (:func:`.hot.cached_rejection`), and so that a failover starts its local
+    buckets from Redis's last word (:meth:`owed`).
+    """
 
     def __init__(self, *, max_keys: int = 100_000) -> None:
         self.max_keys = max_keys
         self.entries: dict[str, int] = {}  #: bucket key -> when its debt is paid, µs
+        self.seen: dict[str, int] = {}  #: bucket key -> its TAT at the last reply, µs
+        self.inflight: dict[str, int] = {}  #: slot key -> requests in flight then
         self.hits = 0  #: requests rejected from the cache, without Redis
 
     def remember(
@@ -46,34 +55,51 @@ class RejectCache:
         now: int,
         step: int = 2,
     ) -> None:
-        """Note the enforcing buckets that did not fit in ``reply`` (``step`` values per bucket)."""
+        """Note what a Redis ``reply`` said (``step`` values per bucket): every
+        bucket's debt and, for a rejection, when the enforcing buckets that did
+        not fit are paid off. Called for every reply: the failure modes start
+        from the debt Redis last reported, so they never grant again a token
+        Redis granted."""
         if not self.max_keys:
             return
-        if len(self.entries) >= self.max_keys:  # many abusers at once: start afresh
-            self.entries.clear()
+        seen = self.seen
+        if len(seen) >= 2 * self.max_keys or len(self.entries) >= self.max_keys:
+            self.clear()  # many keys, or many abusers at once: start afresh
+        for index, key in enumerate(keys):
+            seen[key] = now + reply[step * index + 2]
+        if reply[0] == 1:
+            return
         for index, limit_plan in enumerate(plan.limits):
             at = step * index + 1
             if reply[at] != 1 and not limit_plan.limit.shadow:
                 self.entries[keys[index]] = now + reply[at + 1]
 
+    def remember_slots(
+        self, keys: tuple[str, ...], reply: list[int], offset: int
+    ) -> None:
+        """Note the requests in flight the reply reported per slot (``reply[offset:]``)."""
+        if self.max_keys:
+            for index, key in enumerate(keys):
+                self.inflight[key] = reply[offset + 2 * index + 1]
+
     def check(self, plan: PolicyPlan, keys: list[str], now: int) -> list[int] | None:
         """A rejecting reply in the token-bucket script's shape, or None: ask Redis.
 
-        Buckets that are not remembered are reported with no debt: their real
-        state is unknown (the headers of such an answer overstate them).
+        Each bucket's debt is its last known one, paid down by the time since;
+        a bucket the cache knows nothing of is reported with a debt of -1.
         """
-        entries, debts, reject = self.entries, [], False
+        entries, seen, debts, reject = self.entries, self.seen, [], False
         for index, limit_plan in enumerate(plan.limits):
-            paid = entries.get(keys[index])
-            debt = 0 if paid is None else paid - now
-            if debt <= 0:
-                if paid is not None:
-                    entries.pop(keys[index], None)
-                debt = 0
-            elif not limit_plan.limit.shadow:
+            key = keys[index]
+            paid = entries.get(key)
+            if paid is not None and paid <= now:
+                entries.pop(key, None)
+                paid = None
+            elif paid is not None and not limit_plan.limit.shadow:
                 shape = limit_plan.geometry
-                reject = reject or debt + shape.increment > shape.capacity
-            debts.append(debt)
+                reject = reject or paid - now + shape.increment > shape.capacity
+            tat = seen.get(key)
+            debts.append(-1 if tat is None else max(0, tat - now))
         if not reject:
             return None
         self.hits += 1
@@ -83,8 +109,15 @@ class RejectCache:
             reply += [int(debt + shape.increment <= shape.capacity), debt]
         return reply
 
+    def owed(self, keys: list[str], now: int) -> list[int]:
+        """µs of debt Redis last reported for each of ``keys``, paid down since (0: unknown)."""
+        seen = self.seen
+        return [max(0, seen.get(key, now) - now) for key in keys]
+
     def clear(self) -> None:
         self.entries.clear()
+        self.seen.clear()
+        self.inflight.clear()
 
 
 class _Pool:

@@ -20,17 +20,19 @@ from typing import TypedDict, Unpack
 import redis
 import redis.asyncio
 
-from .bucket import STORE_ERRORS, TokenBucket, connect
+from .backlog import Backlog, Charge, Charges, Orphans
+from .bucket import STORE_ERRORS, Client, TokenBucket, connect, patient
 from .bundle import Bundle, SnapshotProvider, StaticSource
+from .cluster import DeferredCluster
 from .concurrency import LocalSlots, RequestIds
 from .decision import Decision, Held
 from .engine import Engine, Prepared
 from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
-from .hot import HotCall, hot_abort, hot_begin, hot_finish
+from .hot import HotCall, cached_rejection, hot_abort, hot_begin, hot_finish
 from .hotkeys import Leases, RejectCache
 from .metrics import DecisionEvents
 from .rules import FailureMode
-from .scripts import HOT, RELEASE, Script
+from .scripts import CHARGE, HOT, RELEASE, Script, charge_args
 from .snapshot import Snapshot
 
 __all__ = ["Limiter", "LimiterCore"]
@@ -62,7 +64,8 @@ class LimiterCore:
     fails over the requests whose keys it holds, not the whole cluster's.
     ``events`` receives every decision (:class:`~.metrics.DecisionEvents`);
     ``reject_cache`` turns the cache of rejected buckets off when False;
-    ``clock`` (monotonic seconds) times that cache and the leases.
+    ``clock`` (monotonic seconds) times that cache and the leases, and carries
+    Redis's clock between replies (:meth:`store_time`).
     """
 
     def __init__(
@@ -88,23 +91,26 @@ class LimiterCore:
         self.rejections = RejectCache(max_keys=100_000 if reject_cache else 0)
         self.leases = Leases()
         self.request_ids = RequestIds()
+        self.orphans = Orphans(clock=clock)
+        self.charges = Charges(clock=clock)
         self._wall = wall
         self._clock = clock
+        self._offset: float | None = None  #: Redis epoch seconds minus ``clock``
         self._engine: Engine | None = None
         self._node_of: Callable[[str], str] | None = None  #: key -> cluster node name
         self._node_breakers: dict[str, CircuitBreaker] = {}
 
     def watch_nodes(
-        self,
-        client: redis.Redis
-        | redis.RedisCluster
-        | redis.asyncio.Redis
-        | redis.asyncio.RedisCluster,
+        self, client: Client | redis.asyncio.Redis | redis.asyncio.RedisCluster
     ) -> None:
         """Keep a breaker per master when ``client`` is a cluster client (the subclasses call it)."""
         if isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster):
             nodes, keyslot = client.nodes_manager, client.keyslot
             self._node_of = lambda key: nodes.get_node_from_slot(keyslot(key)).name
+        elif isinstance(client, DeferredCluster):  # its map exists once it is made
+            self._node_of = lambda key: (
+                client.nodes_manager.get_node_from_slot(client.keyslot(key)).name
+            )
 
     def breaker_for(self, prepared: Prepared) -> CircuitBreaker:
         """The breaker of the Redis node holding ``prepared``'s keys (one hash tag, one node).
@@ -138,19 +144,39 @@ class LimiterCore:
         """Monotonic microseconds: the time base of the reject cache and the leases."""
         return int(self._clock() * 1_000_000)
 
+    def observe(self, redis_us: int) -> float:
+        """Note the Redis time a reply carried (µs); return it in epoch seconds."""
+        at = redis_us / 1_000_000
+        self._offset = at - self._clock()
+        return at
+
+    def store_time(self) -> float:
+        """Now on Redis's clock, carried from the last reply by ``clock`` (epoch
+        seconds); 0.0 before any reply. What clients and dashboards are shown,
+        so a gateway whose own clock is off changes nothing they see."""
+        offset = self._offset
+        return 0.0 if offset is None else self._clock() + offset
+
     def cached_rejection(self, engine: Engine, prepared: Prepared) -> Decision | None:
         """A rejection decided from the reject cache, or None (ask Redis)."""
-        reply = self.rejections.check(prepared.plan, prepared.keys, self.now())
-        return None if reply is None else engine.decision(prepared, reply)
+        return cached_rejection(
+            engine, prepared, self.rejections, now=self.now(), at=self.store_time()
+        )
 
     def remember(self, prepared: Prepared, reply: list[int]) -> None:
-        """Note the buckets of a rejection (token-bucket reply) in the reject cache."""
+        """Note what a token-bucket reply said of the buckets (the reject cache:
+        what rejected, and every bucket's debt for the failure modes)."""
         self.rejections.remember(prepared.plan, prepared.keys, reply, self.now())
 
     def hot_begin(self, engine: Engine, prepared: Prepared) -> Decision | HotCall:
         """See :func:`.hot.hot_begin`."""
         return hot_begin(
-            engine, prepared, self.leases, request_id=self.request_ids(), now=self.now()
+            engine,
+            prepared,
+            self.leases,
+            request_id=self.request_ids(),
+            now=self.now(),
+            at=self.store_time(),
         )
 
     def hot_finish(
@@ -176,7 +202,18 @@ class LimiterCore:
         breaker: CircuitBreaker,
     ) -> Decision:
         hot_abort(prepared, call, self.leases)
+        if prepared.slots:  # sent, so it may have run: release its slots later
+            self.orphaned(prepared.slots, call.request_id)
         return self.store_failed(engine, prepared, exc, breaker)
+
+    def orphaned(self, keys: tuple[str, ...], member: str) -> None:
+        """Release ``member`` from ``keys`` in the background (:mod:`.backlog`)."""
+        self.orphans.add(keys, member)
+        self.settle()
+
+    def settle(self) -> None:
+        """Have the backlog (orphans, charges) worked off in the background: the
+        subclasses run it (a thread, an asyncio task)."""
 
     def record(self, tenant: str | None, decision: Decision) -> Decision:
         """Hand ``decision`` to the decision events, if any; return it."""
@@ -221,16 +258,16 @@ class LimiterCore:
         breaker.failed()
         if breaker.state is BreakerState.OPEN and was is not BreakerState.OPEN:
             logger.warning(
-                "limiter.store_down: %s%s: %s; circuit open for %.1f s",
+                "limiter.store_down: %s%s: %s; circuit open for %.2f s",
                 f"node {breaker.node}: " if breaker.node else "",
                 type(exc).__name__,
                 exc,
-                breaker.cooldown,
+                breaker.current_cooldown,
             )
         return self.fail(engine, prepared, f"{type(exc).__name__}: {exc}", breaker)
 
     def store_answered(self, breaker: CircuitBreaker) -> None:
-        """Record a good call (needed only once the breaker has seen a failure)."""
+        """Record a good call (the breaker judges failures against all calls)."""
         if breaker.state is not BreakerState.CLOSED:
             logger.info(
                 "limiter.store_up: %sRedis answers again; circuit closed",
@@ -241,14 +278,21 @@ class LimiterCore:
     def fail(
         self, engine: Engine, prepared: Prepared, error: str, breaker: CircuitBreaker
     ) -> Decision:
-        return failover(
+        rejections = self.rejections
+        decision = failover(
             engine,
             prepared,
             error=error,
             local=self.local,
             retry_after=breaker.retry_after(),
             slots=self.slots,
+            owed=rejections.owed(prepared.keys, self.now()) if rejections.seen else (),
+            at=self.store_time(),
+            charges=self.charges,
         )
+        if self.charges.pending:
+            self.settle()
+        return decision
 
 
 class Limiter(LimiterCore):
@@ -262,7 +306,7 @@ class Limiter(LimiterCore):
 
     def __init__(
         self,
-        client: redis.Redis | redis.RedisCluster | str,
+        client: Client | str,
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
         timeout: float = 0.005,
@@ -275,6 +319,15 @@ class Limiter(LimiterCore):
         self.bucket = TokenBucket(client)
         self.hot = Script(client, HOT)
         self._release = Script(client, RELEASE)
+        background = patient(client)
+        self._release_later = Script(background, RELEASE)
+        self._charge = Script(background, CHARGE)
+        self.backlog = Backlog(
+            self.orphans,
+            self.charges,
+            release=self._release_now,
+            charge=self._charge_now,
+        )
 
     def decide(
         self,
@@ -315,11 +368,9 @@ class Limiter(LimiterCore):
             reply = self.bucket(prepared.keys, prepared.plan.args)
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
-        if breaker.troubled:
-            self.store_answered(breaker)
-        if reply[0] == 0:
-            self.remember(prepared, reply)
-        return engine.decision(prepared, reply)
+        self.store_answered(breaker)
+        self.remember(prepared, reply)
+        return engine.decision(prepared, reply, at=self.observe(reply[-1]))
 
     def _decide_hot(
         self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
@@ -331,15 +382,15 @@ class Limiter(LimiterCore):
             reply = self.hot(call.keys, call.args)
         except STORE_ERRORS as exc:
             return self.hot_failed(engine, prepared, call, exc, breaker)
-        if breaker.troubled:
-            self.store_answered(breaker)
+        self.store_answered(breaker)
+        self.observe(reply[-1])
         return self.hot_finish(engine, prepared, call, reply)
 
     def release(self, decision: Decision) -> None:
         """Give back the concurrency slots ``decision`` holds (nothing if it holds none).
 
         Call it once per decision (the middlewares do). Never raises for a
-        Redis failure: the slots then expire after their timeout.
+        Redis failure: the release is then retried in the background.
         """
         if decision.held is not None:
             self.release_held(decision.held)
@@ -351,5 +402,16 @@ class Limiter(LimiterCore):
             return
         try:
             self._release(held.keys, [held.member.encode()])
-        except redis.RedisError as exc:
+        except STORE_ERRORS as exc:
             logger.warning("limiter.release_failed: %s: %s", type(exc).__name__, exc)
+            self.orphaned(held.keys, held.member)
+
+    def settle(self) -> None:
+        self.backlog.wake()
+
+    def _release_now(self, keys: tuple[str, ...], member: str) -> int:
+        removed: int = self._release_later(keys, [member.encode()])
+        return removed
+
+    def _charge_now(self, owed: Charge) -> None:
+        self._charge(owed.keys, charge_args(owed))

@@ -7,9 +7,18 @@ would cost every request more, in memory and garbage collection, than the
 append does). A daemon thread wakes every
 ``interval`` seconds, encodes what accumulated and writes it with pipelined
 ``XADD ... MAXLEN ~ maxlen`` (approximate trimming: cheap, and the stream stays
-bounded). When the buffer holds ``capacity`` events, new ones are dropped and
-counted, never waited for; a flush that fails drops its events and counts them
-too (the next flush reports the count, so the control plane sees the loss).
+bounded). A flush that fails (Redis down or paused) keeps what it could not
+write, counted into records, and the next flush writes it first: an outage
+loses nothing until the events held (buffered or kept for the retry) reach
+``capacity`` (100,000: 100 s of 1,000 decisions a second). Past that, new events
+are dropped and counted, never waited for; every entry reports the drops since
+the previous one, so the control plane sees the loss (its dashboard shows it).
+A retried write that had in fact reached Redis before its reply was lost is
+counted twice: the price of losing nothing to an ordinary outage.
+
+Event times are the decisions' times on Redis's clock (``Decision.at``), not
+the gateway's: a gateway whose clock is off still lands its traffic in the
+right minute of the dashboards.
 
 The flush counts identical decisions of the same second together: a hot
 tenant's thousands of decisions per second become a few records, which keeps
@@ -39,8 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
-
+from .bucket import STORE_ERRORS, Client
 from .decision import Decision, Outcome
 from .rules import Policy
 from .validation import policy_ref
@@ -78,7 +86,7 @@ class DecisionEvents:
 
     def __init__(
         self,
-        client: redis.Redis | redis.RedisCluster,
+        client: Client,
         *,
         gateway_id: str,
         stream: str = STREAM_KEY,
@@ -93,6 +101,8 @@ class DecisionEvents:
         self.maxlen = maxlen
         self._wall = wall
         self._buffer: collections.deque[_Event] = collections.deque()
+        self._retry: list[list[Any]] = []  #: records a failed flush kept, oldest first
+        self._retry_events = 0  #: events those records stand for
         self._refs: dict[int, tuple[Policy, str]] = {}
         self.dropped = 0  #: events dropped so far (buffer full, or a failed flush)
         self._reported = 0  #: of ``dropped``, how many entries already reported
@@ -102,8 +112,8 @@ class DecisionEvents:
         self._thread: threading.Thread | None = None
 
     def add(self, tenant: str | None, decision: Decision) -> None:
-        """Buffer one decision; drop and count it when the buffer is full. Never blocks."""
-        if len(self._buffer) >= self.capacity:
+        """Buffer one decision; drop and count it when ``capacity`` events are held. Never blocks."""
+        if len(self._buffer) + self._retry_events >= self.capacity:
             self.dropped += 1
             return
         policy, outcome, deciding = decision.policy, decision.outcome, decision.deciding
@@ -112,7 +122,7 @@ class DecisionEvents:
             ref = self._ref(policy)
         self._buffer.append(
             (
-                self._wall(),
+                decision.at or self._wall(),
                 tenant or "",
                 decision.route or "",
                 ref[1],
@@ -130,24 +140,36 @@ class DecisionEvents:
         return ref
 
     def __len__(self) -> int:
-        return len(self._buffer)
+        """Events held: buffered, and kept from failed flushes for the next one."""
+        return len(self._buffer) + self._retry_events
 
     def flush(self) -> int:
-        """Write what is buffered now, in entries of ``batch`` events; return how many events."""
+        """Write what is held now, in entries of ``batch`` records; return how many events.
+
+        What a failed write could not send is kept for the next flush.
+        """
         with self._flush_lock:
             events = self._drain()
-            if not events and self.dropped == self._reported:
+            if not events and not self._retry and self.dropped == self._reported:
                 return 0
+            records = self._retry + count_events(events)
+            count = self._retry_events + len(events)
             try:
-                self._write(events)
-            except redis.RedisError as exc:
-                self.dropped += len(events)
-                logger.warning(
-                    "decision_events.flush_failed: %d events lost: %s", len(events), exc
-                )
+                self._write(records)
+            except STORE_ERRORS as exc:
+                if not self._retry:  # one line per outage, not one per second
+                    logger.warning(
+                        "decision_events.flush_failed: %d events kept for a retry: %s",
+                        count,
+                        exc,
+                    )
+                self._retry, self._retry_events = records, count
                 return 0
-            self.written += len(events)
-            return len(events)
+            if self._retry:
+                logger.info("decision_events.flushed: %d held events written", count)
+            self._retry, self._retry_events = [], 0
+            self.written += count
+            return count
 
     def _drain(self) -> list[_Event]:
         buffer, events = self._buffer, []
@@ -155,9 +177,8 @@ class DecisionEvents:
             events.append(buffer.popleft())
         return events
 
-    def _write(self, events: list[_Event]) -> None:
+    def _write(self, records: list[list[Any]]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        records = count_events(events)
         chunks = [
             records[i : i + self.batch] for i in range(0, len(records), self.batch)
         ]

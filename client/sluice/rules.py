@@ -44,9 +44,12 @@ DEFAULT_SCOPE = "default"
 class FailureMode(StrEnum):
     """What a gateway does with a route when the limiter's store is unavailable."""
 
-    OPEN = "open"  #: admit, and mark the decision degraded
+    #: admit through an in-process bucket holding the whole limit, for this gateway:
+    #: a Redis outage lets through at most about one limit per gateway, not a flood
+    OPEN = "open"
     CLOSED = "closed"  #: reject with 503: the limiter is at fault, not the client
-    LOCAL = "local"  #: enforce a conservative in-process bucket
+    LOCAL = "local"  #: enforce a conservative in-process bucket (a share of the limit)
+    OPEN_UNBOUNDED = "open-unbounded"  #: admit everything, unchecked, while Redis fails
 
 
 class ScopeKind(StrEnum):

@@ -1,7 +1,8 @@
 """The client's Lua scripts and how a decision runs one: one EVALSHA, one round trip.
 
 ``lua/token_bucket.lua`` (:mod:`.bucket`), ``lua/hot.lua`` (leases, concurrency
-slots) and ``lua/release.lua`` are package data. :class:`Script` runs one on a
+slots), ``lua/release.lua`` and ``lua/charge.lua`` (the backlog, :mod:`.backlog`)
+are package data. :class:`Script` runs one on a
 Redis or Redis Cluster client:
 
 * on a plain Redis, through a connection of the calling thread's own, made with
@@ -35,10 +36,26 @@ import redis.asyncio
 from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError, ResponseError
 
+from .backlog import Charge
+from .cluster import DeferredCluster
+
 if TYPE_CHECKING:
     from .pipelining import AutoPipeline
 
-__all__ = ["HOT", "RELEASE", "AsyncScript", "Script", "pack_evalsha"]
+__all__ = [
+    "CHARGE",
+    "HOT",
+    "RELEASE",
+    "AsyncScript",
+    "Client",
+    "Script",
+    "charge_args",
+    "pack_evalsha",
+]
+
+#: The sync clients the limiter runs on: a Redis, or a cluster (made at once or
+#: on first use: :class:`~.cluster.DeferredCluster`).
+Client = redis.Redis | redis.RedisCluster | DeferredCluster
 
 
 def _source(name: str) -> bytes:
@@ -47,6 +64,7 @@ def _source(name: str) -> bytes:
 
 HOT = _source("lua/hot.lua")
 RELEASE = _source("lua/release.lua")
+CHARGE = _source("lua/charge.lua")
 
 
 def _bulk(value: bytes) -> bytes:
@@ -104,7 +122,7 @@ class _ThreadConnections:
 class Script:
     """One of the package's Lua scripts on a Redis or Redis Cluster client."""
 
-    def __init__(self, client: redis.Redis | redis.RedisCluster, source: bytes) -> None:
+    def __init__(self, client: Client, source: bytes) -> None:
         self.client = client
         self._script = client.register_script(source)
         sha = self._script.sha.encode()
@@ -162,3 +180,11 @@ class AsyncScript:
             return await self.client.evalsha(self._script.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await self._script(list(keys), list(args))
+
+
+def charge_args(owed: Charge) -> list[bytes]:
+    """``charge.lua``'s ARGV for ``owed``: per key, µs to add and its capacity."""
+    args = []
+    for amount, capacity in zip(owed.amounts, owed.capacities, strict=True):
+        args += [b"%d" % amount, b"%d" % capacity]
+    return args

@@ -64,6 +64,10 @@ class SnapshotSource:
 
     ``url`` is the full snapshot endpoint, e.g. ``http://cp:8000/api/v1/snapshot``.
     Call :meth:`start` to poll in a daemon thread, or :meth:`poll_once` directly.
+    While the control plane fails, polls back off to at most ``max_backoff``
+    (default: twice the interval), drawn at random up to it so a fleet does not
+    come back at once: a gateway picks up new rules within ``max_backoff``
+    (plus one poll) after the control plane returns.
     """
 
     def __init__(
@@ -76,21 +80,25 @@ class SnapshotSource:
         interval: float = 5.0,
         jitter: float = 0.2,
         timeout: float = 2.0,
-        max_backoff: float = 60.0,
+        max_backoff: float | None = None,
         wall: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self.url, self.gateway_id = url, gateway_id
         self.cache_path = Path(cache_path) if cache_path else None
         self.interval, self.jitter, self.timeout = interval, jitter, timeout
-        self.max_backoff = max_backoff
+        self.max_backoff = 2 * interval if max_backoff is None else max_backoff
         self._token, self._wall, self._rng = token, wall, rng
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures = 0  #: polls failed in a row
         self.etag: str | None = None  #: of the bundle in force, sent as If-None-Match
+        #: the bundle in force and its ETag while ``cache_path`` does not hold them
+        #: (a write failed): written again after every poll until it succeeds
+        self.unsaved: tuple[Bundle, str | None] | None = None
         self._rejected: tuple[int, str] | None = None  #: reported on the next poll
+        self._write_failed = False  #: the last write of cache_path failed
         self._state: tuple[Snapshot, float, Bundle]  #: in force, next switch, bundle
         bundle = self._read_cache() or Bundle(fallback_snapshot())
         self._install(bundle)
@@ -151,12 +159,28 @@ class SnapshotSource:
             self._stop.wait(self.next_delay())
 
     def next_delay(self) -> float:
-        """Seconds to the next poll: the interval, doubled per failure up to max_backoff, jittered."""
-        base = min(self.max_backoff, self.interval * 2.0 ** min(self.failures, 30))
-        return base * (1 + self.jitter * (2 * self._rng() - 1))
+        """Seconds to the next poll: the interval ± jitter; after failures, drawn
+        between the interval and the backoff (doubled per failure, capped at
+        ``max_backoff``), so that gateways that failed together spread out."""
+        if not self.failures:
+            return self.interval * (1 + self.jitter * (2 * self._rng() - 1))
+        ceiling = min(self.max_backoff, self.interval * 2.0 ** min(self.failures, 30))
+        low = min(self.interval, ceiling)
+        return low + (ceiling - low) * self._rng()
 
     def poll_once(self) -> PollResult:
-        """Ask the control plane once; apply, keep, or reject what comes back."""
+        """Ask the control plane once; apply, keep, or reject what comes back.
+
+        Then, if the last good bundle is not on disk yet (a write failed, e.g.
+        the disk was full), try writing it again.
+        """
+        try:
+            return self._poll()
+        finally:
+            if self.unsaved is not None:
+                self._write_cache(*self.unsaved)
+
+    def _poll(self) -> PollResult:
         request = urllib.request.Request(self.url, headers=self._headers())
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
@@ -202,7 +226,7 @@ class SnapshotSource:
             return self._succeeded(PollResult.REJECTED)
         self._install(bundle)
         self.etag = etag
-        self._write_cache(bundle, etag)
+        self.unsaved = (bundle, etag)  # written after the poll (poll_once)
         logger.info("snapshot.applied: version %s", bundle.active.version)
         return self._succeeded(PollResult.APPLIED)
 
@@ -233,11 +257,24 @@ class SnapshotSource:
 
     def _write_cache(self, bundle: Bundle, etag: str | None) -> None:
         if self.cache_path is None:
+            self.unsaved = None
             return
         try:
             write_bundle_file(self.cache_path, bundle, etag)
         except OSError as exc:  # a full disk must not stop enforcement
-            logger.warning("snapshot.cache_write_failed: %s: %s", self.cache_path, exc)
+            if not self._write_failed:  # one line until a write succeeds
+                logger.warning(
+                    "snapshot.cache_write_failed: %s: %s; tried again after every poll",
+                    self.cache_path,
+                    exc,
+                )
+            self.unsaved, self._write_failed = (bundle, etag), True
+            return
+        if self._write_failed:
+            logger.info(
+                "snapshot.cache_written: %s after failed writes", self.cache_path
+            )
+        self.unsaved, self._write_failed = None, False
 
 
 def _decoded(body: bytes, encoding: str | None) -> bytes:

@@ -58,6 +58,7 @@ class TrafficDashboardAdmin(ReadOnlyAdmin):
             "top_day": dashboards.most_limited_tenants(since=day),
             "fail_open_hour": dashboards.fail_open_share(since=hour),
             "fail_open_day": dashboards.fail_open_share(since=day),
+            "events_lost": dashboards.events_lost(),
         }
         return TemplateResponse(request, "admin/limits/dashboards/index.html", context)
 

@@ -24,7 +24,9 @@ write is a compare-and-set on (``gen_version``, ``gen_activations``), which only
 grow: an older state never replaces a newer one. If Redis lost the hash, or a
 rewrite failed, :func:`snapshot_bundle_get` and the beat task rebuild it from
 Postgres. After restoring Postgres from a backup (the generation goes back),
-rebuild with ``snapshot_bundle_refresh(force=True)``.
+rebuild with ``snapshot_bundle_refresh(force=True)``. While Redis does not
+answer, polls are served the bundle built from Postgres
+(:func:`snapshot_bundle_from_postgres`, one query when nothing changed).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "Bundle",
     "snapshot_bundle_build",
     "snapshot_bundle_etag",
+    "snapshot_bundle_from_postgres",
     "snapshot_bundle_get",
     "snapshot_bundle_refresh",
     "snapshot_bundle_sync",
@@ -102,9 +105,14 @@ class Bundle:
         )
 
 
-def snapshot_bundle_build() -> Bundle | None:
-    """The bundle of the current state in Postgres; None before the first publish."""
-    generation = _generation()
+def snapshot_bundle_build(
+    *, generation: tuple[int, int] | None = None
+) -> Bundle | None:
+    """The bundle of the current state in Postgres; None before the first publish.
+
+    ``generation``: the state's (highest version, activations), if already read.
+    """
+    generation = generation or _generation()
     active = snapshot_get_active()
     if active is None:
         return None
@@ -136,8 +144,8 @@ def snapshot_bundle_refresh(*, force: bool = False) -> Bundle | None:
     args: list = ["1" if force else "0", *bundle.generation]
     for name, value in bundle.fields().items():
         args += [name, value]
-    _client().eval(_WRITE_IF_NEWER, 1, BUNDLE_KEY, *args)
     poll_window_reset()  # this process's gateways see the new ETag at once
+    _client().eval(_WRITE_IF_NEWER, 1, BUNDLE_KEY, *args)
     return bundle
 
 
@@ -148,11 +156,32 @@ def snapshot_bundle_etag() -> str | None:
 
 
 def snapshot_bundle_get() -> Bundle | None:
-    """The stored bundle, rebuilt from Postgres if Redis lost it."""
-    raw = _client().hgetall(BUNDLE_KEY)
+    """The stored bundle, rebuilt from Postgres if Redis lost it; built from
+    Postgres alone when Redis does not answer."""
+    try:
+        raw = _client().hgetall(BUNDLE_KEY)
+    except redis.RedisError:
+        return snapshot_bundle_from_postgres()
     if raw:
         return Bundle.from_fields(raw)
     return snapshot_bundle_refresh()
+
+
+#: The last bundle built by :func:`snapshot_bundle_from_postgres`, by generation.
+_BUILT: dict[tuple[int, int], Bundle] = {}
+
+
+def snapshot_bundle_from_postgres() -> Bundle | None:
+    """The bundle of the current state in Postgres, without Redis: built once per
+    generation in this process (one aggregate query when nothing changed)."""
+    generation = _generation()
+    bundle = _BUILT.get(generation)
+    if bundle is None:
+        bundle = snapshot_bundle_build(generation=generation)
+        if bundle is not None:
+            _BUILT.clear()
+            _BUILT[generation] = bundle
+    return bundle
 
 
 def snapshot_bundle_sync() -> bool:

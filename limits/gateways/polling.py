@@ -21,22 +21,38 @@ What the window delays, by at most its length in other processes (this
 process resets it at once): a new bundle's ETag after a publish, a revocation,
 and a report reaching the fleet page. ``SLUICE_POLL_WINDOW_MS=0`` makes every
 poll take the slow path.
+
+**Without Redis** (paused, down, or slower than ``POLL_REDIS_TIMEOUT``): the
+slow path answers from Postgres instead (the token checked there, the bundle
+built from the published versions, :func:`.bundle.snapshot_bundle_from_postgres`)
+and opens the window on that for at least a second, so Redis is tried about
+once a second per process and the other polls cost what they cost with Redis.
+Reports and counts stay buffered in the window and are written when Redis
+answers again. Only when Postgres fails as well, and this process has never
+vouched for the token or heard of a bundle, does a poll fail: with
+:class:`PollUnavailable` (the API's 503 with ``Retry-After``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
 import redis
+from django.db import DatabaseError
 
 from limits.core.store import redis_client
+from limits.gateways.bundle import Bundle, snapshot_bundle_from_postgres
 from limits.gateways.counters import SNAPSHOT_POLLS, metric_increment
 from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY, gateway_token_key
 from limits.gateways.reports import GatewayReport, report_json
 from limits.gateways.tokens import gateway_token_authenticate
 from limits.gateways.window import (
+    POLL_REDIS_TIMEOUT,
+    Window,
     poll_field,
     poll_window,
     poll_window_flush,
@@ -44,7 +60,7 @@ from limits.gateways.window import (
 )
 from limits.models import GatewayToken, hash_secret
 
-__all__ = ["PollOutcome", "gateway_poll"]
+__all__ = ["PollOutcome", "PollUnavailable", "gateway_poll"]
 
 
 # KEYS: token cache entry, fleet hash, bundle hash, shared metric counters
@@ -65,6 +81,12 @@ return {1, etag}
 class PollOutcome:
     authorized: bool
     etag: str | None  #: the current bundle's ETag; None when Redis has no bundle
+    #: the bundle itself, when it was built from Postgres (Redis did not answer)
+    bundle: Bundle | None = None
+
+
+class PollUnavailable(Exception):
+    """Neither Redis nor Postgres answered, and this process knows nothing to say."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -98,12 +120,18 @@ def gateway_poll(
             result = "304" if held else "200"
             window.polls[result] = window.polls.get(result, 0) + 1
             return PollOutcome(True, window.etag)
-    outcome = _poll_redis(key, secret, report, held)
+    try:
+        outcome = _poll_redis(key, secret, report, held)
+    except redis.RedisError:
+        return _poll_without_redis(window, key, secret, report, held)
+    except DatabaseError:  # a token Redis does not vouch for, and Postgres is down
+        return _from_memory(window, key, report, held)
     if outcome.authorized:
         with window.lock:
             window.tokens.add(key)
         if not poll_window_is_open(window):
-            poll_window_flush(etag=outcome.etag)
+            with contextlib.suppress(redis.RedisError):  # reports stay buffered
+                poll_window_flush(etag=outcome.etag)
     return outcome
 
 
@@ -120,7 +148,7 @@ def _poll_redis(
         poll_field("304"),
         poll_field("200"),
     ]
-    script = _script(redis_client())
+    script = _script(redis_client(timeout=POLL_REDIS_TIMEOUT))
     found, *rest = script(keys=keys, args=args)
     if not found:
         if gateway_token_authenticate(secret) is None:  # not cached yet, or not valid
@@ -129,3 +157,60 @@ def _poll_redis(
         found, *rest = script(keys=keys, args=args)
     etag = rest[0] if found and rest and rest[0] else None
     return PollOutcome(bool(found), etag.decode() if etag else None)
+
+
+def _poll_without_redis(
+    window: Window,
+    key: str,
+    secret: str,
+    report: GatewayReport,
+    held: Collection[str],
+) -> PollOutcome:
+    """The slow path while Redis fails: Postgres, else what this process knows."""
+    try:
+        valid = key in window.tokens or _token_valid(secret)
+        bundle = snapshot_bundle_from_postgres() if valid else None
+    except DatabaseError:
+        return _from_memory(window, key, report, held)
+    if not valid:
+        return PollOutcome(False, None)
+    etag = bundle.etag if bundle is not None else None
+    _reopen(window, key, report, etag, held)
+    return PollOutcome(True, etag, bundle)
+
+
+def _from_memory(
+    window: Window, key: str, report: GatewayReport, held: Collection[str]
+) -> PollOutcome:
+    """Postgres failed too: a token and a bundle this process knows, or nothing."""
+    with window.lock:
+        known, etag = key in window.tokens, window.etag
+    if not known or etag is None:
+        raise PollUnavailable("neither Redis nor Postgres answered")
+    _reopen(window, key, report, etag, held)
+    return PollOutcome(True, etag)
+
+
+def _reopen(
+    window: Window,
+    key: str,
+    report: GatewayReport,
+    etag: str | None,
+    held: Collection[str],
+) -> None:
+    """Open the window on what was found without Redis; buffer the report and count."""
+    with window.lock:
+        window.tokens.add(key)
+        window.etag = etag
+        window.opened = time.monotonic()
+        window.without_redis = True
+        window.reports[report.gateway] = report
+        result = "304" if etag is not None and etag in held else "200"
+        window.polls[result] = window.polls.get(result, 0) + 1
+
+
+def _token_valid(secret: str) -> bool:
+    """Whether the gateway token is active, asking Postgres alone (no cache entry)."""
+    return GatewayToken.objects.filter(
+        key_hash=hash_secret(secret), revoked_at__isnull=True
+    ).exists()

@@ -8,6 +8,10 @@ counts are kept here and written with the others of the window in one pipeline
 is still valid and reads the ETag again. ``limits.gateways.polling`` explains
 the two paths; a publish, a revocation or the fleet page resets or flushes the
 window of their own process at once.
+
+When Redis does not answer, the window is opened from Postgres instead
+(``limits.gateways.polling``): reports and counts stay buffered, a flush that
+fails puts them back, and the first flush after Redis returns writes them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import redis
 from django.conf import settings
 
 from limits.core.store import redis_client
@@ -25,6 +30,7 @@ from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY
 from limits.gateways.reports import GatewayReport, report_json
 
 __all__ = [
+    "POLL_REDIS_TIMEOUT",
     "Window",
     "poll_field",
     "poll_window",
@@ -32,6 +38,10 @@ __all__ = [
     "poll_window_is_open",
     "poll_window_reset",
 ]
+
+#: Seconds a poll waits for the control plane's Redis before it is answered
+#: without it (and without redis-py's retries): a gateway's own poll timeout is 2 s.
+POLL_REDIS_TIMEOUT = 0.25
 
 
 def poll_field(result: str) -> str:
@@ -51,6 +61,9 @@ class Window:
     reports: dict[str, GatewayReport] = field(default_factory=dict)
     polls: dict[str, int] = field(default_factory=dict)  #: answered, by result
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: opened from Postgres because Redis did not answer (what the window says
+    #: comes from there; the next slow poll tries Redis again)
+    without_redis: bool = False
 
 
 _window = Window()
@@ -65,26 +78,34 @@ def poll_window() -> Window:
 
 
 def poll_window_is_open(window: Window) -> bool:
-    """Whether ``window`` heard from Redis less than ``SLUICE_POLL_WINDOW_MS`` ago."""
-    return time.monotonic() - window.opened < settings.SLUICE_POLL_WINDOW_MS / 1000
+    """Whether ``window`` heard from Redis less than ``SLUICE_POLL_WINDOW_MS`` ago
+    (from Postgres, when Redis failed: at least a second, so that Redis is tried
+    once a second per process, not on every poll)."""
+    length = settings.SLUICE_POLL_WINDOW_MS / 1000
+    if window.without_redis:
+        length = max(length, 1.0)
+    return time.monotonic() - window.opened < length
 
 
 def poll_window_flush(*, etag: str | None = None) -> None:
     """Write the buffered reports and poll count, re-check the window's tokens, and
-    open a new window (with ``etag`` when the caller just read it)."""
+    open a new window (with ``etag`` when the caller just read it).
+
+    If Redis fails, what was buffered goes back into the window (a report that
+    came meanwhile wins) and the error is raised.
+    """
     window = poll_window()
     with window.lock:
         reports, polls, tokens = window.reports, window.polls, sorted(window.tokens)
         window.reports, window.polls = {}, {}
-    pipe = redis_client().pipeline(transaction=False)
-    if reports:
-        pipe.hset(FLEET_KEY, mapping={g: report_json(r) for g, r in reports.items()})
-    for result, count in polls.items():
-        pipe.hincrby(COUNTERS_KEY, poll_field(result), count)
-    pipe.hget(BUNDLE_KEY, "etag")
-    for token in tokens:
-        pipe.exists(token)
-    replies = pipe.execute()[-1 - len(tokens) :]
+    try:
+        replies = _write(reports, polls, tokens)
+    except redis.RedisError:
+        with window.lock:
+            window.reports = {**reports, **window.reports}
+            for result, count in polls.items():
+                window.polls[result] = window.polls.get(result, 0) + count
+        raise
     stored, valid = replies[0], replies[1:]
     with window.lock:
         window.tokens -= {t for t, ok in zip(tokens, valid, strict=True) if not ok}
@@ -92,6 +113,22 @@ def poll_window_flush(*, etag: str | None = None) -> None:
             etag if etag is not None else (stored.decode() if stored else None)
         )
         window.opened = time.monotonic()
+        window.without_redis = False
+
+
+def _write(
+    reports: dict[str, GatewayReport], polls: dict[str, int], tokens: list[str]
+) -> list:
+    """One pipeline: reports, counts, then the ETag and whether each token is valid."""
+    pipe = redis_client(timeout=POLL_REDIS_TIMEOUT).pipeline(transaction=False)
+    if reports:
+        pipe.hset(FLEET_KEY, mapping={g: report_json(r) for g, r in reports.items()})
+    for result, count in polls.items():
+        pipe.hincrby(COUNTERS_KEY, poll_field(result), count)
+    pipe.hget(BUNDLE_KEY, "etag")
+    for token in tokens:
+        pipe.exists(token)
+    return pipe.execute()[-1 - len(tokens) :]
 
 
 def poll_window_reset(*, drop_reports: bool = False) -> None:

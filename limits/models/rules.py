@@ -120,7 +120,7 @@ class Route(RuleModel):
         default=1, validators=[positive], help_text="Tokens a request takes by default."
     )
     failure_mode = models.CharField(
-        max_length=6,
+        max_length=14,
         choices=FailureMode.choices,
         default=FailureMode.OPEN,
         help_text="What gateways do when the limiter's Redis is unavailable.",

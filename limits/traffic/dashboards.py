@@ -13,12 +13,14 @@ from datetime import datetime, timedelta
 from django.db.models import Q, QuerySet, Sum
 
 from limits.choices import Outcome
-from limits.models import DecisionMinute, Rejection
+from limits.models import DecisionMinute, Rejection, StatCounter
 
 __all__ = [
+    "EventsLost",
     "Series",
     "Share",
     "TenantRow",
+    "events_lost",
     "fail_open_share",
     "limited_series",
     "minute_floor",
@@ -143,6 +145,30 @@ def fail_open_share(*, since: datetime) -> Share:
         total=Sum("count", default=0),
     )
     return Share(totals["part"], totals["total"])
+
+
+@dataclass(frozen=True)
+class EventsLost:
+    """Decision events that never reached the statistics, since they began."""
+
+    dropped: int  #: dropped by gateways (buffer full for too long an outage)
+    trimmed: int  #: stream entries trimmed before they were aggregated
+
+    @property
+    def any(self) -> bool:
+        return bool(self.dropped or self.trimmed)
+
+
+def events_lost() -> EventsLost:
+    """What the aggregation counted as lost (``limits.traffic.tally``): one query."""
+    counters = dict(
+        StatCounter.objects.filter(
+            name__in=("events_dropped", "entries_lost")
+        ).values_list("name", "value")
+    )
+    return EventsLost(
+        counters.get("events_dropped", 0), counters.get("entries_lost", 0)
+    )
 
 
 def tenant_rejections(*, tenant: str, limit: int = 50) -> QuerySet[Rejection]:

@@ -124,7 +124,7 @@ def test_concurrency__redis_down_local_mode__local_share_of_the_cap():
     limiter = Limiter(
         connect(server.url, timeout=0.2),
         snapshot(rules_),
-        breaker=CircuitBreaker(threshold=1),
+        breaker=CircuitBreaker(min_calls=1),
         local=LocalBuckets(gateways=2),
     )
     server.cleanup()

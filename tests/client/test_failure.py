@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis
@@ -11,16 +12,19 @@ from sluice import (
     AsyncLimiter,
     BreakerState,
     CircuitBreaker,
+    FailureMode,
     LocalBuckets,
     Outcome,
+    Route,
 )
 from sluice.bucket import connect
 from sluice.engine import compile_policy
 from sluice.limiter import Limiter
-from tests.client.factories import limit, policy, rules, snapshot
+from tests.client.factories import ROUTES, limit, policy, rules, snapshot
 from tests.servers import RedisServer
 
 RULES = snapshot(rules(policy("default", "*", limit("ip", 100, 60, 8))))
+UNBOUNDED = FailureMode.OPEN_UNBOUNDED
 
 
 class FakeClock:
@@ -43,8 +47,9 @@ def make_limiter(server, clock, *, timeout=0.5, threshold=3, gateways=4) -> Limi
     return Limiter(
         connect(server.url, timeout=timeout),
         RULES,
-        breaker=CircuitBreaker(threshold=threshold, cooldown=2.0, clock=clock),
+        breaker=CircuitBreaker(min_calls=threshold, cooldown=2.0, clock=clock),
         local=LocalBuckets(gateways=gateways, clock=clock),
+        clock=clock,
     )
 
 
@@ -120,12 +125,16 @@ def test_decide__redis_paused__times_out_then_recovers(private_redis):
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
         admin.close()
+    deadline = time.monotonic() + 5
+    while limiter.charges.charged < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     recovered = limiter.decide(route="search", ip="10.0.0.1")
-    # Then it times out into the route's mode, and the next one is normal again
+    # Then it times out into the route's mode (admitted by the local bucket), the
+    # next one is normal again, and Redis was charged for the one it did not see
     assert slow.outcome is Outcome.FAIL_OPEN
     assert "Timeout" in slow.error
     assert not recovered.degraded
-    assert recovered.remaining == 7
+    assert recovered.remaining == 6
 
 
 def test_decide__redis_stopped_local_mode__enforces_a_share_of_the_limit(private_redis):
@@ -146,11 +155,72 @@ def test_decide__redis_stopped_local_mode__enforces_a_share_of_the_limit(private
     assert decisions[0].limit == 2
 
 
+def test_decide__redis_stopped_open_route__admits_the_whole_limit_and_no_more(
+    private_redis,
+):
+    # Given a route that fails open, a limit of burst 8 (100 per minute), Redis stopped
+    clock = FakeClock()
+    limiter = make_limiter(private_redis, clock, gateways=4)
+    private_redis.stop()
+    # When one client sends 10 searches at once, then again 1.2 s later (2 tokens' refill)
+    first = [limiter.decide(route="search", ip="10.0.0.1") for _ in range(10)]
+    clock.now += 1.2
+    later = [limiter.decide(route="search", ip="10.0.0.1") for _ in range(3)]
+    # Then the whole burst of 8 is admitted (not the local mode's share of 2), the
+    # rest is refused like Redis would refuse it, and the refill admits 2 more
+    assert [d.allowed for d in first] == [True] * 8 + [False] * 2
+    assert [d.allowed for d in later] == [True, True, False]
+    assert {d.outcome for d in first[:8]} == {Outcome.FAIL_OPEN}
+    assert all(d.fail_open and d.degraded for d in first[:8])
+    refused = first[8]
+    assert (refused.outcome, refused.status, refused.degraded) == (
+        Outcome.LIMITED,
+        429,
+        True,
+    )
+    assert not refused.fail_open
+    assert refused.retry_after == pytest.approx(0.6, abs=0.01)
+
+
+def test_decide__redis_stopped_open_unbounded_route__admits_everything(private_redis):
+    # Given a route that fails open-unbounded, and Redis stopped
+    routes = {**ROUTES, "export": Route("export", ("GET",), "/v1/export", 1, UNBOUNDED)}
+    rules_ = snapshot(
+        rules(policy("default", "*", limit("ip", 100, 60, 8)), routes=routes)
+    )
+    limiter = Limiter(connect(private_redis.url, timeout=0.5), rules_)
+    private_redis.stop()
+    # When one client sends 50 requests
+    decisions = [limiter.decide(route="export", ip="10.0.0.1") for _ in range(50)]
+    # Then every one is admitted unchecked, as ``open`` did before it was bounded
+    assert all(d.allowed and d.fail_open and d.degraded for d in decisions)
+    assert {d.outcome for d in decisions} == {Outcome.FAIL_OPEN}
+    assert all(d.statuses == () for d in decisions)
+
+
+def test_decide__redis_stopped_after_a_rejection__open_starts_from_redis_debt(
+    private_redis,
+):
+    # Given a client that spent its burst of 8 in Redis and was refused once
+    # (the reject cache keeps what Redis said of the bucket)
+    clock = FakeClock()
+    limiter = make_limiter(private_redis, clock)
+    spent = [limiter.decide(route="search", ip="10.0.0.1") for _ in range(9)]
+    assert [d.allowed for d in spent] == [True] * 8 + [False]
+    # When Redis stops, and 1.2 s pass (2 tokens' refill at 100 per minute)
+    private_redis.stop()
+    clock.now += 1.2
+    after = [limiter.decide(route="search", ip="10.0.0.1") for _ in range(5)]
+    # Then failing open admits the 2 refilled tokens only, not a fresh burst of 8
+    assert [d.allowed for d in after] == [True, True, False, False, False]
+    assert after[0].outcome is Outcome.FAIL_OPEN
+
+
 def test_async_decide__redis_stopped__same_failure_modes(private_redis):
     # Given the asyncio limiter on a Redis that has stopped
     async def scenario():
         limiter = AsyncLimiter(
-            private_redis.url, RULES, timeout=0.5, breaker=CircuitBreaker(threshold=1)
+            private_redis.url, RULES, timeout=0.5, breaker=CircuitBreaker(min_calls=1)
         )
         private_redis.stop()
         # When requests for an open and a closed route come
@@ -167,21 +237,111 @@ def test_async_decide__redis_stopped__same_failure_modes(private_redis):
     assert second.error == "circuit open"
 
 
-def test_breaker__fewer_failures_than_threshold__stays_closed():
-    breaker = CircuitBreaker(threshold=3, clock=FakeClock())
-    breaker.failed()
-    breaker.failed()
-    breaker.succeeded()
-    breaker.failed()
-    breaker.failed()
+def test_async_decide__redis_back__what_failed_open_is_charged_to_it(private_redis):
+    # Given the asyncio limiter on a route that fails open, and Redis stopped
+    key = "rl:{ip:10.0.0.1}:route:*:ip:10.0.0.1:60s"
+
+    async def scenario():
+        limiter = AsyncLimiter(private_redis.url, RULES, timeout=0.5)
+        private_redis.stop()
+        # When 3 searches are admitted locally, and Redis comes back
+        admitted = [
+            await limiter.decide(route="search", ip="10.0.0.1") for _ in range(3)
+        ]
+        private_redis.start()
+        for _ in range(200):  # the backlog task retries every 0.1 s, doubling
+            if limiter.charges.charged:
+                break
+            await asyncio.sleep(0.02)
+        after = await limiter.decide(route="search", ip="10.0.0.1")
+        await limiter.aclose()
+        return admitted, after
+
+    admitted, after = asyncio.run(scenario())
+    # Then Redis was charged for them: 8 - 3 - 1 tokens are left
+    assert all(d.outcome is Outcome.FAIL_OPEN for d in admitted)
+    assert not after.degraded
+    assert after.remaining == 4
+    assert redis.Redis.from_url(private_redis.url).get(key) is not None
+
+
+def test_breaker__failures_below_the_rate__stays_closed():
+    # Given a breaker judging 10 calls or more at a failure rate of 50 %
+    clock = FakeClock()
+    breaker = CircuitBreaker(min_calls=10, failure_rate=0.5, clock=clock)
+    for _ in range(20):
+        breaker.succeeded()
+    # When 19 calls in a row fail (a stall times out every thread's call)
+    for _ in range(19):
+        breaker.failed()
+    # Then 19 of 39 is under half: it stays closed
     assert breaker.state is BreakerState.CLOSED
+    assert breaker.counts() == (39, 19)
     assert breaker.allow()
+
+
+def test_breaker__sustained_failure__opens_at_the_rate():
+    # Given 5 good calls
+    breaker = CircuitBreaker(min_calls=10, failure_rate=0.5, clock=FakeClock())
+    for _ in range(5):
+        breaker.succeeded()
+    # When calls fail, one after the other
+    opened_at = next(n for n in range(1, 20) if _fail(breaker) is BreakerState.OPEN)
+    # Then it opens at the 5th failure: 5 of 10 calls, the minimum judged
+    assert opened_at == 5
+    assert not breaker.allow()
+
+
+def test_breaker__calls_older_than_the_window__no_longer_count():
+    # Given 100 good calls a second and more ago
+    clock = FakeClock()
+    breaker = CircuitBreaker(min_calls=10, window=1.0, clock=clock)
+    for _ in range(100):
+        breaker.succeeded()
+    clock.now += 1.1
+    # When 10 calls fail now
+    for _ in range(10):
+        breaker.failed()
+    # Then only they are judged: the breaker is open
+    assert breaker.state is BreakerState.OPEN
+    assert breaker.counts() == (10, 10)
+
+
+def test_breaker__short_stall__probes_every_cooldown_then_slower_up_to_the_max():
+    # Given a breaker that opened (cooldown 0.1 s; slower after 1 s; at most 0.4 s)
+    clock = FakeClock()
+    breaker = CircuitBreaker(
+        min_calls=1, cooldown=0.1, max_cooldown=0.4, patience=1.0, clock=clock
+    )
+    breaker.failed()
+    waits, down = [breaker.retry_after()], 0.0
+    # When every probe fails for 2 s, then one succeeds
+    while down < 2.0:
+        wait = breaker.retry_after()
+        clock.now += wait
+        down += wait
+        assert breaker.allow()
+        breaker.failed()
+        waits.append(breaker.retry_after())
+    clock.now += breaker.retry_after()
+    assert breaker.allow()
+    breaker.succeeded()
+    # Then it probed every 0.1 s for the first second (a short stall costs at
+    # most 0.1 s more than itself), then every 0.2, 0.4, 0.4 s; closed, the
+    # window is forgotten and the next opening waits 0.1 s again
+    assert waits[:10] == pytest.approx([0.1] * 10)
+    assert waits[10:13] == pytest.approx([0.2, 0.4, 0.4])
+    assert waits[13:] == pytest.approx([0.4] * len(waits[13:]))
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.counts() == (1, 0)
+    breaker.failed()
+    assert breaker.retry_after() == pytest.approx(0.1)
 
 
 def test_breaker__open__lets_one_probe_through_per_cooldown():
     # Given an open breaker
     clock = FakeClock()
-    breaker = CircuitBreaker(threshold=1, cooldown=5.0, clock=clock)
+    breaker = CircuitBreaker(min_calls=1, cooldown=5.0, max_cooldown=5.0, clock=clock)
     breaker.failed()
     # When the cooldown passes, then two callers ask
     before = breaker.allow()
@@ -195,10 +355,15 @@ def test_breaker__open__lets_one_probe_through_per_cooldown():
     assert breaker.retry_after() == 5.0
 
 
+def _fail(breaker: CircuitBreaker) -> BreakerState:
+    breaker.failed()
+    return breaker.state
+
+
 def test_breaker__probe_never_reports__another_probe_after_a_cooldown():
     # Given an open breaker whose probe went out and never reported (its caller died)
     clock = FakeClock()
-    breaker = CircuitBreaker(threshold=1, cooldown=5.0, clock=clock)
+    breaker = CircuitBreaker(min_calls=1, cooldown=5.0, max_cooldown=5.0, clock=clock)
     breaker.failed()
     clock.now += 5.0
     assert breaker.allow()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from sluice import Limiter, Outcome
-from tests.client.factories import limit, policy, rules, snapshot
+from sluice.headers import error_response, rate_limit_headers
+from tests.client.factories import concurrent, limit, policy, rules, snapshot
 
 
 class Clock:
@@ -161,3 +164,88 @@ def test_reject_cache__other_tenant_same_user__decided_in_redis(store):
     # Then it is decided in Redis on its own buckets
     assert other.allowed
     assert limiter.rejections.hits == 0
+
+
+def test_reject_cache__answer__same_policies_and_last_known_state_as_redis(store):
+    # Given a policy of 5 per second per tenant, 10 per second per user, and at most
+    # 2 requests in flight per tenant (the hot path), whose tenant bucket Redis
+    # has just refused
+    clock = Clock()
+    rules_ = rules(
+        policy(
+            "default",
+            "search",
+            limit("tenant", 5, 1, 5),
+            limit("user", 10, 1, 10),
+            concurrency=(concurrent("tenant", 2),),
+        )
+    )
+    limiter = Limiter(store.client, snapshot(rules_), clock=clock)
+    for _ in range(5):
+        limiter.release(limiter.decide(route="search", tenant="acme", user="u"))
+    from_redis = limiter.decide(route="search", tenant="acme", user="u")
+    # When the next request is answered from the reject cache
+    cached = limiter.decide(route="search", tenant="acme", user="u")
+    # Then it shows every limit as Redis last said, not the ones it did not
+    # look at as full, and the same RateLimit-Policy, concurrency limit included
+    assert limiter.rejections.hits == 1
+    redis_headers = dict(error_response(from_redis).headers)
+    cached_headers = dict(error_response(cached).headers)
+    assert (
+        cached_headers["RateLimit-Policy"]
+        == redis_headers["RateLimit-Policy"]
+        == (
+            '"tenant-s";q=5;w=1, "user-s";q=10;w=1, '
+            '"tenant-concurrent";q=2;qu="concurrent-requests"'
+        )
+    )
+    assert cached_headers["RateLimit"] == redis_headers["RateLimit"]
+    assert '"user-s";r=5;' in cached_headers["RateLimit"]
+    assert '"tenant-concurrent";r=2;t=0' in cached_headers["RateLimit"]
+
+
+def test_reject_cache__a_limit_never_seen__left_out_of_ratelimit(store):
+    # Given a rejection remembered for the tenant's bucket only (the user bucket's
+    # state was forgotten: another policy's rejection shares the key, or a reset)
+    clock = Clock()
+    limiter = limiter_for(
+        store, limit("tenant", 2, 60, 2), limit("user", 10, 60, 10), clock=clock
+    )
+    for _ in range(3):
+        limiter.decide(route="search", tenant="acme", user="u")
+    limiter.rejections.seen = {
+        k: v for k, v in limiter.rejections.seen.items() if ":tenant:" in k
+    }
+    # When the next request is answered from the cache
+    cached = limiter.decide(route="search", tenant="acme", user="u")
+    headers = dict(rate_limit_headers(cached))
+    # Then the unknown limit is announced but not given a made-up state
+    assert headers["RateLimit-Policy"] == '"tenant-min";q=2;w=60, "user-min";q=10;w=60'
+    assert headers["RateLimit"].startswith('"tenant-min";r=0;t=')
+    assert "user-min" not in headers["RateLimit"]
+
+
+def test_x_ratelimit_reset__gateway_clock_an_hour_off__from_redis_time(store):
+    # Given a gateway whose wall clock is an hour ahead
+    skewed = lambda: time.time() + 3600  # noqa: E731
+    limiter = limiter_for(store, limit("tenant", 2, 60, 2), wall=skewed)
+    # When its bucket rejects, in Redis and then from the reject cache
+    answers = [limiter.decide(route="search", tenant="acme") for _ in range(4)]
+    # Then X-RateLimit-Reset is Redis's time plus the reset: what a client with a
+    # correct clock expects, within a second, not an hour off
+    redis_now = _redis_time(store)
+    for decision in answers[2:]:
+        reset = int(
+            dict(error_response(decision, github=True).headers)["X-RateLimit-Reset"]
+        )
+        assert redis_now + decision.deciding.reset - 2 <= reset <= redis_now + 62
+    assert limiter.rejections.hits == 1
+
+
+def _redis_time(store) -> float:
+    client = store.inspect
+    if isinstance(client, redis.RedisCluster):
+        seconds, micros = client.time(target_nodes=redis.RedisCluster.RANDOM)
+    else:
+        seconds, micros = client.time()
+    return seconds + micros / 1_000_000

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+import redis
 
 from sluice import STREAM_KEY, DecisionEvents, Limiter
 from sluice.bucket import connect
@@ -33,35 +35,43 @@ def events_of(redis_client) -> list[list]:
     ]
 
 
+#: a gateway clock years off: what it says must not reach the stream
+SKEWED = 1_700_000_000.5
+
+
 @pytest.fixture
 def events(redis_server, redis_client):
     return DecisionEvents(
-        connect(redis_server.url, timeout=1.0),
-        gateway_id="gw-1",
-        wall=lambda: 1_700_000_000.5,
+        connect(redis_server.url, timeout=1.0), gateway_id="gw-1", wall=lambda: SKEWED
     )
 
 
 def test_events__decisions__flushed_as_one_entry_per_batch(
     redis_server, events, redis_client
 ):
-    # Given a limiter that hands its decisions to the events buffer
-    limiter = Limiter(redis_server.url, RULES, timeout=1.0, events=events)
+    # Given a limiter that hands its decisions to the events buffer, on a gateway
+    # whose clock is years off
+    limiter = Limiter(
+        redis_server.url, RULES, timeout=1.0, events=events, wall=lambda: SKEWED
+    )
     # When a tenant is admitted, then limited twice, and nothing is flushed yet
     for _ in range(3):
         limiter.decide(route="search", tenant="acme", user="u")
     assert redis_client.xlen(STREAM_KEY) == 0
     written = events.flush()
-    # Then one entry carries them, identical decisions of a second counted together
+    # Then one entry carries them, identical decisions of a second counted together,
+    # stamped with Redis's clock, not the gateway's
     assert written == 3
     (entry,) = entries(redis_client)
     assert entry["gw"] == "gw-1"
     assert entry["dropped"] == "0"
-    second, policy = 1_700_000_000_000, "tier:pro/search"
-    assert json.loads(entry["events"]) == [
-        [second, "acme", "search", policy, 1, "allowed", "", 1],
-        [second, "acme", "search", policy, 1, "limited", "user-min", 2],
+    records, policy = json.loads(entry["events"]), "tier:pro/search"
+    assert [r[1:] for r in records] == [
+        ["acme", "search", policy, 1, "allowed", "", 1],
+        ["acme", "search", policy, 1, "limited", "user-min", 2],
     ]
+    redis_now = redis_client.time()[0]
+    assert all(abs(r[0] / 1000 - redis_now) <= 2 for r in records)
 
 
 def test_events__more_than_a_batch__several_entries_in_one_flush(events, redis_client):
@@ -91,14 +101,60 @@ def test_events__buffer_full__dropped_counted_and_reported(events, redis_client)
     assert entries(redis_client)[1]["dropped"] == "0"
 
 
-def test_events__redis_stopped__flush_drops_and_counts_never_raises(caplog):
+def test_events__redis_stopped__flush_keeps_them_never_raises(caplog):
     server = RedisServer().start()
     events = DecisionEvents(connect(server.url, timeout=0.2), gateway_id="gw-1")
     Limiter(server.url, RULES, events=events).decide(route="search", tenant="acme")
     server.cleanup()
     assert events.flush() == 0
-    assert events.dropped == 1
-    assert "decision_events.flush_failed" in caplog.text
+    assert (len(events), events.dropped) == (1, 0)
+    assert "decision_events.flush_failed: 1 events kept" in caplog.text
+
+
+def test_events__redis_killed_10_s_at_1000_decisions_a_second__none_lost(caplog):
+    # Given a gateway's events flushed every 0.25 s to a Redis (a private one)
+    server = RedisServer().start()
+    try:
+        events = DecisionEvents(
+            connect(server.url, timeout=0.2), gateway_id="gw-1", interval=0.25
+        ).start()
+        decision = Limiter(server.url, RULES).decide(route="search", tenant="acme")
+        # When Redis is killed while 1,000 decisions a second come, for 10.5 s,
+        # then started again (empty) while they keep coming for 1.5 s
+        server.kill()
+        added = _add_for(events, decision, seconds=10.5)
+        held_when_back = len(events)
+        server.start()
+        added += _add_for(events, decision, seconds=1.5)
+        events.stop()
+        stream = redis.Redis.from_url(server.url)
+        counts = [
+            record[-1]
+            for _, fields in stream.xrange(STREAM_KEY)
+            for record in json.loads(fields[b"events"])
+        ]
+    finally:
+        server.cleanup()
+    # Then nothing was dropped: every decision reached the restarted Redis
+    assert held_when_back >= 10_000
+    assert events.dropped == 0
+    assert sum(counts) == added == events.written
+    assert "decision_events.flushed" in caplog.text
+    print(
+        f"fault: decision events, Redis killed 10.5 s at 1,000 decisions/s: "
+        f"{held_when_back:,} held meanwhile, all {added:,} written once it was back, 0 dropped"
+    )
+
+
+def _add_for(events: DecisionEvents, decision, *, seconds: float) -> int:
+    """Add ``decision`` 1,000 times a second (paced by the clock) for ``seconds``."""
+    began, added = time.monotonic(), 0
+    while (elapsed := time.monotonic() - began) < seconds:
+        while added < elapsed * 1000:
+            events.add("acme", decision)
+            added += 1
+        time.sleep(0.005)
+    return added
 
 
 def test_events__degraded_decisions__outcome_recorded(events, redis_client):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import subprocess
 import time
 from datetime import timedelta
 
@@ -37,8 +39,7 @@ def make_source(control_plane, tmp_path):
             url or control_plane.url,
             control_plane.token,
             gateway_id="gw-1",
-            rng=lambda: 0.5,  # no jitter: delays are exact
-            **options,
+            **{"rng": lambda: 0.5, **options},  # rng 0.5: no jitter, exact delays
         )
         sources.append(source)
         return source
@@ -110,14 +111,30 @@ def test_poll__error_status__backs_off_and_keeps_the_rules(
     # When the control plane keeps failing
     control_plane.fail_with = status
     results = [source.poll_once() for _ in range(4)]
-    # Then the delay doubles up to the cap, and the rules stay
+    # Then the delay grows up to the cap (drawn between the interval and it:
+    # rng 0.5 gives the middle), and the rules stay
     assert results == [PollResult.FAILED] * 4
-    assert source.next_delay() == 30.0
+    assert source.next_delay() == 17.5
     assert source.current().version == 1
     # And the first good answer resets the delay
     control_plane.fail_with = None
     assert source.poll_once() is PollResult.NOT_MODIFIED
     assert source.next_delay() == 5.0
+
+
+@pytest.mark.parametrize("draw", [0.0, 0.5, 0.999])
+def test_next_delay__long_outage__never_past_twice_the_interval(
+    control_plane, make_source, draw
+):
+    # Given a gateway polling every 2 s (the default cap: twice the interval)
+    source = make_source(interval=2.0, rng=lambda: draw)
+    # When the control plane has failed a hundred polls in a row
+    control_plane.fail_with = 503
+    for _ in range(100):
+        source.poll_once()
+    # Then the next poll still comes between 2 and 4 s later, spread by the draw
+    # so that a fleet does not come back at once
+    assert source.next_delay() == pytest.approx(2.0 + 2.0 * draw)
 
 
 def test_start__control_plane_unreachable__starts_from_the_file_on_disk(
@@ -193,3 +210,50 @@ def test_start__background_thread__applies_while_requests_read_memory(make_sourc
     assert source.current().version == 1
     source.stop()
     assert source._thread is None
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs to fill: a real full disk (needs mount rights: root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+        capture_output=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_cache__disk_full_then_freed__written_by_the_next_304_poll(
+    control_plane, make_source, small_disk, caplog
+):
+    # Given a gateway whose last good bundle (version 1) is on a small disk
+    cache = small_disk / "bundle.json"
+    source = make_source(cache_path=cache)
+    source.poll_once()
+    # When the disk fills up, version 2 is published and applied (its write
+    # fails), and the next polls get 304
+    filler = small_disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as out:
+        while True:
+            out.write(b"x" * 1024)
+    control_plane.serve(Bundle(V2))
+    assert source.poll_once() is PollResult.APPLIED
+    assert source.poll_once() is PollResult.NOT_MODIFIED
+    stale, _ = read_bundle_file(cache)
+    failed_writes = caplog.text.count("snapshot.cache_write_failed")
+    # and space comes back, and the gateway polls again (304 once more)
+    filler.unlink()
+    assert source.poll_once() is PollResult.NOT_MODIFIED
+    # Then the file holds version 2 now: a restart comes back on the newest rules
+    assert stale.active.version == 1
+    assert failed_writes == 1  # one line per episode, though every poll tried
+    assert source.unsaved is None
+    restarted = make_source(cache_path=cache, url="http://127.0.0.1:9/api/v1/snapshot")
+    assert restarted.current().version == 2
+    assert restarted.etag == control_plane.etag

@@ -2,46 +2,35 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from django.core.management import call_command
 from django.db.models import Sum
 
-from gateway.demo import build, serve
 from gateway.traffic import Plan, generate
 from limits.choices import Outcome
 from limits.models import DecisionMinute
 from tests.celery_fixtures import wait_until
+from tests.servers import DemoGatewayServer
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def demo_gateway(redis_server, redis_client, tmp_path):
-    """The demo gateway on a free port, its rules from the published bundle's file."""
+    """The demo gateway (gunicorn) on a free port, its rules from the published bundle's file."""
     call_command("seed_demo")  # also publishes the demo rules as version 1
     bundle = tmp_path / "bundle.json"
     call_command("gateway_bundle", output=str(bundle))
-    gateway = build(
+    server = DemoGatewayServer(
         {
             "SLUICE_BUNDLE_FILE": str(bundle),
             "SLUICE_GATEWAY_ID": "e2e-gw",
             "SLUICE_REDIS_URL": redis_server.url,
             "SLUICE_REDIS_TIMEOUT": "1.0",  # counts must not depend on a busy machine
         }
-    )
-    gateway.events.interval = 0.2
-    gateway.events.start()
-    server = serve(gateway, "127.0.0.1", 0)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    gateway.events.stop()
+    ).start()
+    yield server.url
+    server.stop()
 
 
 def decided() -> int:

@@ -76,7 +76,7 @@ def on(ranges: list[tuple[int, int]], tenant: str) -> bool:
 def test_cluster_master_killed__replica_promoted__decisions_continue(cluster):
     # Given traffic on 1000 tenants (every master's slots) through a cluster client
     client = connect(cluster.url, timeout=0.2, cluster=True)
-    limiter = Limiter(client, RULES, breaker=CircuitBreaker(threshold=5, cooldown=0.5))
+    limiter = Limiter(client, RULES, breaker=CircuitBreaker(min_calls=5, cooldown=0.5))
     traffic = Traffic(limiter).start()
     time.sleep(0.5)
     master = next(n for n in cluster.nodes if cluster.role(n) == "master")
@@ -120,7 +120,7 @@ def test_cluster_unreachable__every_node_down__route_modes_decide_nothing_raises
         limiter = Limiter(
             connect(servers.url, timeout=0.05, cluster=True),
             RULES,
-            breaker=CircuitBreaker(threshold=100),
+            breaker=CircuitBreaker(min_calls=100),
         )
         assert not limiter.decide(route="search", tenant="t1").degraded
         # When every node is gone (the client cannot even refresh its slot map)

@@ -17,10 +17,11 @@ from django.db import connection
 
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
-from limits.models import GatewayToken
+from limits.models import GatewayToken, Tier
 from limits.publishing.services import snapshot_publish
 from sluice import Limiter, SnapshotSource
 from tests.celery_fixtures import database_url, wait_until
+from tests.factories import TenantFactory
 from tests.servers import ControlPlaneServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,6 +78,46 @@ def test_control_plane_stopped__gateway_keeps_enforcing_and_restarts_from_its_fi
         f"fault: control plane stopped: gateway on version {running.snapshot_version} "
         f"after {source.failures} failed polls, restarted gateway on version "
         f"{after_restart.snapshot_version} from its file"
+    )
+
+
+def test_control_plane_back_after_outage__new_rules_within_twice_the_poll_interval(
+    control_plane, tmp_path
+):
+    # Given a gateway polling every 0.2 s, on version 1
+    server, secret = control_plane
+    interval = 0.2
+    source = SnapshotSource(
+        f"{server.url}/api/v1/snapshot",
+        secret,
+        gateway_id="gw-back",
+        cache_path=tmp_path / "lkg.json",
+        interval=interval,
+        timeout=0.5,
+    ).start()
+    wait_until(lambda: source.current().version == 1, timeout=20, why="version 1")
+    # When the control plane is down for 8 s (its backoff doubling up to 60 s
+    # would wait 6.4 s by then), version 2 is published meanwhile, and it returns
+    server.stop()
+    TenantFactory(slug="hooli", tier=Tier.objects.get(slug="free"))
+    snapshot_publish(actor=Actor.system(), message="v2 while the web is down")
+    time.sleep(8.0)
+    failures = source.failures
+    server.start()  # gunicorn accepts connections; its worker may still be booting
+    wait_until(
+        lambda: _get(server.url + "/api/v1/snapshots/1", secret) == 200, every=0.02
+    )
+    back = time.monotonic()  # it answers
+    wait_until(lambda: source.current().version == 2, timeout=20, why="version 2")
+    picked_up = time.monotonic() - back
+    source.stop()
+    # Then the gateway has the new rules within twice its interval (+ the poll
+    # itself, on a busy machine), not after a long backoff
+    assert failures >= 5
+    assert picked_up < 2 * interval + 0.5
+    print(
+        f"fault: control plane down 8 s ({failures} failed polls, interval "
+        f"{interval} s): new rules applied {picked_up:.2f} s after it answered again"
     )
 
 

@@ -40,7 +40,7 @@ def limiter_on(server: RedisServer, timeout: float = TIMEOUT) -> Limiter:
     return Limiter(
         connect(server.url, timeout=timeout),
         RULES,
-        breaker=CircuitBreaker(threshold=5, cooldown=COOLDOWN),
+        breaker=CircuitBreaker(min_calls=5, cooldown=COOLDOWN),
     )
 
 
@@ -78,7 +78,8 @@ def test_redis_paused__under_load__fails_over_per_route_without_pile_up_then_rec
     # can stall a thread for a second; waiting on Redis would take the whole 3 s pause.
     assert _p99(during) < 0.5
     assert max(s.seconds for s in during) < 2.5
-    assert traffic.peak_threads <= baseline_threads + traffic.threads
+    # (one more: the limiter's backlog thread, charging Redis for what failed open)
+    assert traffic.peak_threads <= baseline_threads + traffic.threads + 1
     assert (
         limiter.bucket.client.connection_pool._created_connections
         <= 2 * traffic.threads

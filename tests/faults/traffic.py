@@ -115,3 +115,51 @@ def wrong_modes(seen: list[Seen]) -> list[Seen]:
         for s in seen
         if s.decision.degraded and s.decision.outcome not in DEGRADED[s.decision.route]
     ]
+
+
+@dataclass
+class Hammer:
+    """``threads`` threads per limiter sending ``tenants``' requests as fast as they
+    can (each limiter one gateway process); every decision kept, in time order."""
+
+    limiters: list[Limiter]
+    route: str = "search"
+    tenants: tuple[str, ...] = ("acme",)  #: each thread cycles through them
+    threads: int = 4
+    seen: list[Seen] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _pool: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> Hammer:
+        for limiter in self.limiters:
+            for _ in range(self.threads):
+                thread = threading.Thread(
+                    target=self._run, args=(limiter,), daemon=True
+                )
+                self._pool.append(thread)
+                thread.start()
+        return self
+
+    def _run(self, limiter: Limiter) -> None:
+        mine, tenants = [], itertools.cycle(self.tenants)
+        try:
+            while not self._stop.is_set():
+                tenant = next(tenants)
+                began = time.monotonic()
+                decision = limiter.decide(route=self.route, tenant=tenant)
+                mine.append(Seen(began, time.monotonic() - began, decision, tenant))
+                if decision.held is not None:
+                    limiter.release(decision)
+        except BaseException as exc:  # decide must never raise: stop() reports it
+            self.errors.append(exc)
+        finally:
+            self.seen.extend(mine)
+
+    def stop(self, timeout: float = 30.0) -> list[Seen]:
+        self._stop.set()
+        for thread in self._pool:
+            thread.join(timeout)
+        assert not any(thread.is_alive() for thread in self._pool), "a thread hung"
+        assert not self.errors, f"decide raised: {self.errors!r}"
+        return sorted(self.seen, key=lambda s: s.at)

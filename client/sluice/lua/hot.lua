@@ -22,7 +22,8 @@
 -- granted = min(want, whole requests that fit), and the request id joins every slot
 -- with room; a slot key lives as long as its newest entry.
 --
--- Reply: {admitted, per bucket: fits, debt after (µs), granted; per slot: fits, in flight after}
+-- Reply: {admitted, per bucket: fits, debt after (µs), granted; per slot: fits, in flight
+-- after; then the Redis time of the decision (µs since the epoch)}
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -86,4 +87,5 @@ for j = 1, slots do
   reply[#reply + 1] = room[j] and 1 or 0
   reply[#reply + 1] = count
 end
+reply[#reply + 1] = now
 return reply

@@ -15,7 +15,8 @@
 -- every limit that fits (shadow ones included) is charged, and its key expires
 -- when the bucket would be full again, so memory follows active clients.
 --
--- Reply: {admitted (1 or 0), then per limit: fits (1 or 0), debt after the decision (microseconds)}
+-- Reply: {admitted (1 or 0), then per limit: fits (1 or 0), debt after the decision
+-- (microseconds), then the Redis time of the decision (microseconds since the epoch)}
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -50,4 +51,5 @@ for i = 1, #KEYS do
   reply[2 * i] = fits[i] and 1 or 0
   reply[2 * i + 1] = debt
 end
+reply[#reply + 1] = now
 return reply

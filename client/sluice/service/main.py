@@ -61,7 +61,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--cache", help="last good rules on disk (default .sluice/decide-<id>.json)")
     add("--poll-interval", type=float, default=5.0, help="seconds between polls")
     add("--redis", default="redis://127.0.0.1:6379/0", help="Redis of the buckets")
-    add("--redis-cluster", action="store_true", help="--redis is a cluster node")
+    add(
+        "--redis-cluster",
+        action="store_true",
+        help="--redis names cluster nodes (seeds, comma-separated)",
+    )
     add("--redis-timeout", type=float, default=0.005, help="seconds per Redis call")
     add("--events-redis", help="Redis of the decision stream (default --redis)")
     add("--no-events", action="store_true", help="write no decision events")
@@ -121,7 +125,11 @@ def build(args: argparse.Namespace) -> Service:
     events = None
     if not args.no_events:
         events = DecisionEvents(
-            connect(args.events_redis or args.redis, timeout=2.0),
+            connect(
+                args.events_redis or args.redis,
+                timeout=2.0,
+                cluster=args.redis_cluster and not args.events_redis,
+            ),
             gateway_id=args.gateway_id,
         )
     client = connect_async(

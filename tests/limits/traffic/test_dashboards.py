@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from limits.choices import Outcome
-from limits.models import DecisionMinute, Rejection
+from limits.models import DecisionMinute, Rejection, StatCounter
 from limits.traffic import dashboards
 
 pytestmark = pytest.mark.django_db
@@ -94,6 +94,19 @@ def test_dashboard_page__viewer__charts_tables_and_share(client, viewer, traffic
     assert "/admin/limits/decisionminute/tenant/~/" in page  # anonymous traffic
     assert "3.57 %" in page  # 9 fail-open of 252 decisions
     assert '<meta http-equiv="refresh" content="30">' in page
+
+
+def test_dashboard_page__gateways_dropped_events__count_shown(client, viewer, traffic):
+    # Given the aggregation counted events gateways dropped, and trimmed entries
+    StatCounter.objects.create(name="events_dropped", value=1580)
+    StatCounter.objects.create(name="entries_lost", value=2)
+    # When a viewer opens the dashboard
+    client.force_login(viewer)
+    page = client.get("/admin/limits/decisionminute/").content.decode()
+    # Then the loss is on it, flagged
+    lost = page[page.index('id="events-lost"') :]
+    assert '<span class="sluice-figure warn">1580</span>' in lost
+    assert "2 stream entries trimmed" in lost
 
 
 def test_dashboard_page__assets__all_local(client, viewer, traffic):

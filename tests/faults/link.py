@@ -1,0 +1,77 @@
+"""A loopback TCP relay in front of a Redis whose replies can be held back.
+
+Holding the replies is a call that Redis ran but whose answer comes late: what
+a loaded Redis or a congested link does to a client with a short timeout. The
+client gives up, although the command took effect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tests.servers import free_port
+
+
+@dataclass
+class SlowLink:
+    """Relays 127.0.0.1:``port`` to ``target_port``; :meth:`hold` delays replies."""
+
+    target_port: int
+    port: int = field(default_factory=free_port)
+    _held_until: float = 0.0
+    _listener: socket.socket | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> SlowLink:
+        listener = socket.create_server(("127.0.0.1", self.port))
+        listener.settimeout(0.1)
+        self._listener = listener
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def hold(self, seconds: float) -> None:
+        """Replies that arrive from Redis during the next ``seconds`` wait until then."""
+        self._held_until = time.monotonic() + seconds
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(
+                target=self._pipe, args=(client, upstream, False), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._pipe, args=(upstream, client, True), daemon=True
+            ).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if replies:
+                    wait = self._held_until - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+                end.close()

@@ -1,0 +1,150 @@
+"""A gateway on a Redis Cluster: several seeds, a start while the cluster is down,
+and calls bounded by the timeout while the cluster answers CLUSTERDOWN."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from gateway.demo import build
+from sluice import CircuitBreaker, Limiter, Outcome
+from sluice.bucket import connect
+from sluice.cluster import DeferredCluster
+from tests.celery_fixtures import wait_until
+from tests.faults.traffic import RULES, Seen, wrong_modes
+from tests.servers import RedisClusterServers, free_port
+
+pytestmark = pytest.mark.cluster
+
+ROUTES = (("GET", "/v1/search"), ("GET", "/v1/orders/1"), ("POST", "/v1/orders"))
+
+
+@pytest.fixture
+def cluster():
+    servers = RedisClusterServers(node_timeout=1000)
+    try:
+        yield servers.start()
+    finally:
+        servers.cleanup()
+
+
+def seeds(cluster: RedisClusterServers, *, dead_first: bool = True) -> str:
+    """``redis://<a dead port>,<node>,<node>...``: the first seed answers nothing."""
+    nodes = [f"127.0.0.1:{node.port}" for node in cluster.nodes]
+    first = (
+        f"redis://127.0.0.1:{free_port()}" if dead_first else f"redis://{nodes.pop(0)}"
+    )
+    return ",".join([first, *nodes])
+
+
+def decide_all(limiter: Limiter, tenants: range) -> list[Seen]:
+    seen = []
+    for n in tenants:
+        for method, path in ROUTES:
+            began = time.monotonic()
+            decision = limiter.decide(method=method, path=path, tenant=f"t{n}")
+            seen.append(Seen(began, time.monotonic() - began, decision, f"t{n}"))
+    return seen
+
+
+def test_cluster_seeds__first_seed_dead__maps_the_cluster_from_the_next(cluster):
+    # Given a seed list whose first node does not exist
+    client = connect(seeds(cluster), timeout=0.2, cluster=True)
+    # When a gateway decides
+    decisions = decide_all(Limiter(client, RULES), range(20))
+    # Then it mapped the cluster from the next seed and decides in it
+    assert isinstance(client, DeferredCluster)
+    assert client.ready
+    assert not any(s.decision.degraded for s in decisions)
+
+
+def test_cluster_down_at_start__gateway_starts_decides_by_mode_then_uses_it(
+    cluster, tmp_path
+):
+    # Given a cluster whose every node is stopped
+    for node in cluster.nodes:
+        node.stop()
+    # When a gateway starts on it, and requests come
+    client = connect(seeds(cluster, dead_first=False), timeout=0.05, cluster=True)
+    limiter = Limiter(client, RULES)
+    while_down = decide_all(limiter, range(10))
+    # and the demo gateway, configured on the same seeds, builds too
+    demo = build(
+        {
+            "SLUICE_REDIS_URL": seeds(cluster, dead_first=False),
+            "SLUICE_REDIS_CLUSTER": "1",
+            "SLUICE_REDIS_TIMEOUT": "0.05",
+            "SLUICE_BUNDLE_FILE": str(tmp_path / "none.json"),
+        }
+    )
+    demo_decision = demo.limiter.decide(route="search", tenant="t1")
+    # Then it started (no exception) and each route's failure mode decides
+    assert demo_decision.degraded
+    assert not client.ready
+    assert all(s.decision.degraded for s in while_down)
+    assert not wrong_modes(while_down)
+    assert {s.decision.outcome for s in while_down} >= {
+        Outcome.FAIL_OPEN,
+        Outcome.FAIL_CLOSED,
+        Outcome.LOCAL,
+    }
+    # and once the nodes are back, decisions use the cluster
+    for node in cluster.nodes:
+        node.start()
+    cluster.wait_ready()
+    back = time.monotonic()
+    wait_until(
+        lambda: not limiter.decide(route="search", tenant="t1").degraded,
+        timeout=10,
+        every=0.02,
+    )
+    recovered = time.monotonic() - back
+    after = decide_all(limiter, range(10, 30))
+    assert client.ready
+    assert sum(s.decision.degraded for s in after) <= 1  # a master still settling
+    print(
+        f"fault: cluster down when the gateway started: {len(while_down)} decisions by "
+        f"failure mode; the cluster used {recovered:.2f} s after it was ready again"
+    )
+
+
+def test_clusterdown__a_master_lost_with_full_coverage__calls_bounded_by_timeout(
+    cluster,
+):
+    # Given a gateway whose breaker never opens (every call goes to the cluster),
+    # 50 ms timeout, on a cluster that requires full coverage (Redis's default)
+    limiter = Limiter(
+        connect(cluster.url, timeout=0.05, cluster=True),
+        RULES,
+        breaker=CircuitBreaker(min_calls=10**9),
+    )
+    assert not any(s.decision.degraded for s in decide_all(limiter, range(10)))
+    # When a master dies and the others declare the cluster failed (CLUSTERDOWN)
+    victim = cluster.nodes[-1]
+    victim.kill()
+    survivors = [redis.Redis(port=n.port) for n in cluster.nodes[:-1]]
+    wait_until(
+        lambda: all(c.cluster("INFO")["cluster_state"] == "fail" for c in survivors),
+        timeout=20,
+        why="cluster_state:fail",
+    )
+    seen = decide_all(limiter, range(60))
+    for client in survivors:
+        client.close()
+    # Then every call failed over by its route's mode, within about the timeout:
+    # redis-py's own handling would sleep 0.25 s in each CLUSTERDOWN call
+    assert all(s.decision.degraded for s in seen)
+    assert not wrong_modes(seen)
+    errors = {(s.decision.error or "").split(":")[0] for s in seen}
+    assert "ClusterUnavailable" in errors
+    times = sorted(s.seconds for s in seen)
+    median, p90 = times[len(times) // 2], times[int(0.9 * len(times))]
+    assert median < 0.05 + 0.05
+    assert p90 < 0.25
+    print(
+        f"fault: cluster down (a master lost, full coverage): {len(seen)} calls, "
+        f"median {median * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms, "
+        f"max {times[-1] * 1000:.0f} ms (timeout 50 ms; redis-py alone sleeps 250 ms)"
+    )
