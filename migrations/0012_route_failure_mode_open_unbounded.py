@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('limits', '0021_change_requests'),
+        ('limits', '0011_change_requests'),
     ]
 
     operations = [
