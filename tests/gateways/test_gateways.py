@@ -116,15 +116,19 @@ def test_two_envoys__one_redis__share_one_budget(stack_of, redis_client):
     )
     one, two = stack_of("envoy", shared), stack_of("envoy", shared)
     # When both are hammered by the same tenant for about two seconds
-    admitted, elapsed = hammer([one.port, two.port], seconds=2.0)
-    # Then together they admit what one bucket allows: burst + rate x elapsed
+    decided, unchecked, elapsed = hammer([one.port, two.port], seconds=2.0)
+    # Then together they admit what one bucket allows: burst + rate x elapsed.
+    # Only what Sluice decided counts (its answers carry RateLimit fields): on a
+    # busy machine Envoy itself admits a search whose decision took longer than
+    # the filter's 0.1 s timeout (failure_mode_deny: false, the documented open
+    # side of an unreachable service).
     budget = 40 + 40 * elapsed
     print(
-        f"two envoys: {admitted} admitted in {elapsed:.2f} s, budget {budget:.0f} "
-        f"({admitted / budget:.1%})"
+        f"two envoys: {decided} admitted by Sluice in {elapsed:.2f} s, budget "
+        f"{budget:.0f} ({decided / budget:.1%}); {unchecked} admitted by Envoy alone"
     )
-    assert admitted <= math.ceil(budget)
-    assert admitted >= 0.95 * budget
+    assert decided <= math.ceil(budget)
+    assert decided + unchecked >= 0.95 * budget
 
 
 def _item(field: str) -> tuple[str, int, int]:
@@ -133,28 +137,36 @@ def _item(field: str) -> tuple[str, int, int]:
     return name.strip('"'), int(r.removeprefix("r=")), int(t.removeprefix("t="))
 
 
-def hammer(ports: list[int], *, seconds: float) -> tuple[int, float]:
-    """Send searches of one tenant through ``ports`` from 8 threads; return (200s, window).
+def hammer(ports: list[int], *, seconds: float) -> tuple[int, int, float]:
+    """Send searches of one tenant through ``ports`` from 8 threads.
 
-    The window runs from before the first request to the answer of the last
-    admitted one: every admitting decision happened inside it.
+    Return (200s with RateLimit fields, 200s without them, window). The window
+    runs from before the first request to the answer of the last admitted one:
+    every admitting decision happened inside it.
     """
     import threading
     import time
 
     from tests.gateways.conftest import call
 
-    counts: list[int] = []
+    decided: list[int] = []
+    unchecked: list[int] = []
     last: list[float] = []
     start = time.monotonic()
     stop = start + seconds
 
     def worker(port: int) -> None:
-        ok, seen = 0, start
+        ok, alone, seen = 0, 0, start
         while time.monotonic() < stop:
-            if call(port, "/v1/search", tenant="acme").status == 200:
-                ok, seen = ok + 1, time.monotonic()
-        counts.append(ok)
+            answer = call(port, "/v1/search", tenant="acme")
+            if answer.status == 200:
+                seen = time.monotonic()
+                if "ratelimit" in answer.headers:
+                    ok += 1
+                else:
+                    alone += 1
+        decided.append(ok)
+        unchecked.append(alone)
         last.append(seen)
 
     threads = [threading.Thread(target=worker, args=(p,)) for p in ports * 4]
@@ -162,7 +174,7 @@ def hammer(ports: list[int], *, seconds: float) -> tuple[int, float]:
         thread.start()
     for thread in threads:
         thread.join(30)
-    return sum(counts), max(last) - start
+    return sum(decided), sum(unchecked), max(last) - start
 
 
 def _one_order_at_a_time():
