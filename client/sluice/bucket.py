@@ -18,7 +18,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .cluster import cluster_client, parse_seeds
+from .cluster import cluster_client, no_clusterdown_sleep, parse_seeds
 from .pipelining import AutoPipeline
 from .quota import Limit
 from .scripts import AsyncScript, Client, Script
@@ -134,8 +134,10 @@ def connect_async(
     if cluster:
         first, seeds = parse_seeds(url)
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in seeds]
-        return redis.asyncio.RedisCluster.from_url(
-            first, startup_nodes=nodes, max_connections=max_connections, **options
+        return no_clusterdown_sleep(
+            redis.asyncio.RedisCluster.from_url(
+                first, startup_nodes=nodes, max_connections=max_connections, **options
+            )
         )
     if "," in url:
         raise ValueError("several nodes in a URL need cluster=True")

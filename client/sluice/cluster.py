@@ -16,7 +16,8 @@ socket timeout. Here:
 - its connections turn ``CLUSTERDOWN`` into :class:`ClusterUnavailable`, a
   plain :class:`~redis.exceptions.ResponseError`, which redis-py raises at once
   instead of sleeping: a call during a failover takes one round trip. The slot
-  map is still refreshed on connection errors and ``MOVED`` replies.
+  map is still refreshed on connection errors and ``MOVED`` replies. The
+  asyncio cluster client gets the same connections (:func:`no_clusterdown_sleep`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ from redis.commands.core import Script
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, RedisClusterException, ResponseError
 
-__all__ = ["ClusterUnavailable", "DeferredCluster", "cluster_client", "parse_seeds"]
+__all__ = [
+    "ClusterUnavailable",
+    "DeferredCluster",
+    "cluster_client",
+    "no_clusterdown_sleep",
+    "parse_seeds",
+]
 
 
 class ClusterUnavailable(ResponseError):
@@ -49,6 +56,32 @@ class _Connection(redis.Connection):
             return super().read_response(*args, **kwargs)
         except ClusterDownError as exc:
             raise ClusterUnavailable(str(exc)) from None
+
+
+class _AsyncConnection(redis.asyncio.Connection):
+    """The asyncio twin of :class:`_Connection`: ``CLUSTERDOWN`` fails the call at once."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except ClusterDownError as exc:
+            raise ClusterUnavailable(str(exc)) from None
+
+
+def no_clusterdown_sleep(
+    client: redis.asyncio.RedisCluster,
+) -> redis.asyncio.RedisCluster:
+    """Make ``client``'s node connections raise :class:`ClusterUnavailable` on ``CLUSTERDOWN``.
+
+    redis.asyncio's cluster client takes no connection class: it fixes one in
+    the connection options it shares with its nodes manager, and has built the
+    startup nodes with it already. Both are set here, before the first command
+    (the cluster is mapped then), so every node it ever makes uses ours.
+    """
+    client.connection_kwargs["connection_class"] = _AsyncConnection
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = _AsyncConnection
+    return client
 
 
 def parse_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:

@@ -3,14 +3,15 @@ and calls bounded by the timeout while the cluster answers CLUSTERDOWN."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 import redis
 
 from gateway.demo import build
-from sluice import CircuitBreaker, Limiter, Outcome
-from sluice.bucket import connect
+from sluice import AsyncLimiter, CircuitBreaker, Limiter, Outcome
+from sluice.bucket import connect, connect_async
 from sluice.cluster import DeferredCluster
 from tests.celery_fixtures import wait_until
 from tests.faults.traffic import RULES, Seen, wrong_modes
@@ -110,6 +111,37 @@ def test_cluster_down_at_start__gateway_starts_decides_by_mode_then_uses_it(
     )
 
 
+def lose_a_master(cluster: RedisClusterServers) -> None:
+    """Kill a master and wait until the others declare the cluster failed (CLUSTERDOWN)."""
+    cluster.nodes[-1].kill()
+    survivors = [redis.Redis(port=n.port) for n in cluster.nodes[:-1]]
+    wait_until(
+        lambda: all(c.cluster("INFO")["cluster_state"] == "fail" for c in survivors),
+        timeout=20,
+        why="cluster_state:fail",
+    )
+    for client in survivors:
+        client.close()
+
+
+def assert_failed_over_within_timeout(seen: list[Seen], label: str) -> None:
+    """Every call failed over by its route's mode, within about the 50 ms timeout:
+    redis-py's own handling would sleep 0.25 s in each CLUSTERDOWN call."""
+    assert all(s.decision.degraded for s in seen)
+    assert not wrong_modes(seen)
+    errors = {(s.decision.error or "").split(":")[0] for s in seen}
+    assert "ClusterUnavailable" in errors
+    times = sorted(s.seconds for s in seen)
+    median, p90 = times[len(times) // 2], times[int(0.9 * len(times))]
+    assert median < 0.05 + 0.05
+    assert p90 < 0.25
+    print(
+        f"fault: cluster down (a master lost, full coverage), {label}: {len(seen)} "
+        f"calls, median {median * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms, "
+        f"max {times[-1] * 1000:.0f} ms (timeout 50 ms; redis-py alone sleeps 250 ms)"
+    )
+
+
 def test_clusterdown__a_master_lost_with_full_coverage__calls_bounded_by_timeout(
     cluster,
 ):
@@ -122,29 +154,41 @@ def test_clusterdown__a_master_lost_with_full_coverage__calls_bounded_by_timeout
     )
     assert not any(s.decision.degraded for s in decide_all(limiter, range(10)))
     # When a master dies and the others declare the cluster failed (CLUSTERDOWN)
-    victim = cluster.nodes[-1]
-    victim.kill()
-    survivors = [redis.Redis(port=n.port) for n in cluster.nodes[:-1]]
-    wait_until(
-        lambda: all(c.cluster("INFO")["cluster_state"] == "fail" for c in survivors),
-        timeout=20,
-        why="cluster_state:fail",
-    )
+    lose_a_master(cluster)
     seen = decide_all(limiter, range(60))
-    for client in survivors:
-        client.close()
-    # Then every call failed over by its route's mode, within about the timeout:
-    # redis-py's own handling would sleep 0.25 s in each CLUSTERDOWN call
-    assert all(s.decision.degraded for s in seen)
-    assert not wrong_modes(seen)
-    errors = {(s.decision.error or "").split(":")[0] for s in seen}
-    assert "ClusterUnavailable" in errors
-    times = sorted(s.seconds for s in seen)
-    median, p90 = times[len(times) // 2], times[int(0.9 * len(times))]
-    assert median < 0.05 + 0.05
-    assert p90 < 0.25
-    print(
-        f"fault: cluster down (a master lost, full coverage): {len(seen)} calls, "
-        f"median {median * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms, "
-        f"max {times[-1] * 1000:.0f} ms (timeout 50 ms; redis-py alone sleeps 250 ms)"
+    # Then every call failed over by its route's mode, within about the timeout
+    assert_failed_over_within_timeout(seen, "sync")
+
+
+async def adecide_all(limiter: AsyncLimiter, tenants: range) -> list[Seen]:
+    seen = []
+    for n in tenants:
+        for method, path in ROUTES:
+            began = time.monotonic()
+            decision = await limiter.decide(method=method, path=path, tenant=f"t{n}")
+            seen.append(Seen(began, time.monotonic() - began, decision, f"t{n}"))
+    return seen
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "one-by-one"])
+def test_clusterdown__asyncio_limiter__calls_bounded_by_timeout(cluster, pipelining):
+    # Given an asyncio gateway on the same cluster, its breaker never opening
+    async def lose_a_master_under(limiter: AsyncLimiter) -> list[Seen]:
+        before = await adecide_all(limiter, range(10))
+        assert not any(s.decision.degraded for s in before)
+        # When a master dies and the others declare the cluster failed
+        lose_a_master(cluster)
+        try:
+            return await adecide_all(limiter, range(60))
+        finally:
+            await limiter.aclose()
+
+    limiter = AsyncLimiter(
+        connect_async(cluster.url, timeout=0.05, cluster=True),
+        RULES,
+        breaker=CircuitBreaker(min_calls=10**9),
+        pipelining=pipelining,
     )
+    seen = asyncio.run(lose_a_master_under(limiter))
+    # Then every call failed over by its route's mode at once, pipelined or not
+    assert_failed_over_within_timeout(seen, f"asyncio, pipelining {pipelining}")
