@@ -20,4 +20,4 @@ import os
 os.environ.setdefault("SECRET_KEY", "sluice-tests-only-not-a-secret")
 os.environ.setdefault("SLUICE_WEBHOOK_ALLOW_PRIVATE", "1")
 
-from controlplane.settings import *  # noqa: E402, F403
+from controlplane.settings import *  # noqa: F403

@@ -66,6 +66,7 @@ def etag_held(held: Collection[str], etag: str) -> bool:
     removed) has the bundle of ``etag``: the weak comparison of RFC 9110, 13.1.2."""
     return etag in held or ANY_ETAG in held
 
+
 # KEYS[1] the hash; ARGV: force ("1"/"0"), version, activations, then field/value pairs.
 _WRITE_IF_NEWER = """
 local stored = redis.call('HMGET', KEYS[1], 'gen_version', 'gen_activations')
