@@ -111,6 +111,8 @@ INSTALLED_APPS = [
 MIGRATION_MODULES = {"limits": "migrations"}
 
 MIDDLEWARE = [
+    # /healthz and /readyz, before any host check, redirect, authentication or log
+    "controlplane.health.HealthCheckMiddleware",
     "controlplane.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
