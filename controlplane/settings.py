@@ -114,6 +114,7 @@ MIDDLEWARE = [
     # /healthz and /readyz, before any host check, redirect, authentication or log
     "controlplane.health.HealthCheckMiddleware",
     "controlplane.middleware.RequestIdMiddleware",
+    "controlplane.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -269,12 +270,30 @@ SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")
 
+#: ``plain`` (text) or ``json`` (one object a line: controlplane.logs).
+SLUICE_LOG_FORMAT = os.environ.get("SLUICE_LOG_FORMAT", "plain")
+if SLUICE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(
+        f"SLUICE_LOG_FORMAT={SLUICE_LOG_FORMAT!r}: expected plain or json"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "controlplane.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": SLUICE_LOG_FORMAT}
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # runserver's access lines (every gateway poll's 304) bury everything else;
+        # the request log (controlplane.middleware) replaces them. Errors stay.
+        "django.server": {
+            "handlers": ["console"],
+            "level": "ERROR",
+            "propagate": False,
+        },
+    },
 }
