@@ -48,6 +48,10 @@ class RequestLogMiddleware:
     def __call__(self, request):
         started = time.monotonic()
         response = self.get_response(request)
+        unchanged_poll = response.status_code == 304 and hasattr(request, "sluice_poll")
+        level = logging.DEBUG if unchanged_poll else logging.INFO
+        if not request_log.isEnabledFor(level):  # the poll's 304s, at INFO
+            return response
         fields = {
             "request_id": getattr(request, "id", ""),
             **_who(request),
@@ -56,15 +60,15 @@ class RequestLogMiddleware:
             "status": response.status_code,
             "duration_ms": round((time.monotonic() - started) * 1000, 1),
         }
-        unchanged_poll = response.status_code == 304 and hasattr(request, "sluice_poll")
+        who = " ".join(f"{k}={v}" for k, v in fields.items() if k in _WHO_FIELDS)
         request_log.log(
-            logging.DEBUG if unchanged_poll else logging.INFO,
+            level,
             "%s %s %s %.1f ms %s",
             fields["method"],
             fields["path"],
             fields["status"],
             fields["duration_ms"],
-            " ".join(f"{k}={v}" for k, v in fields.items() if k in _WHO_FIELDS),
+            who,
             extra=fields,
         )
         return response
