@@ -133,3 +133,14 @@ def test_debug_page__superuser_in_the_admin__page_without_connection_urls(
     assert "DATABASE_URL" in body
     assert django_settings.DATABASE_URL not in body
     assert django_settings.CELERY_BROKER_URL not in body
+
+
+@pytest.mark.parametrize("target", ["run", "traffic"])
+def test_make_developer_targets__turn_on_debug_and_private_webhooks(target):
+    # When make prints what its developer targets run
+    recipe = subprocess.run(
+        ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ).stdout
+    # Then they set DEBUG and SLUICE_WEBHOOK_ALLOW_PRIVATE, which default to off
+    assert "DEBUG=${DEBUG:-1}" in recipe
+    assert "SLUICE_WEBHOOK_ALLOW_PRIVATE=${SLUICE_WEBHOOK_ALLOW_PRIVATE:-1}" in recipe
