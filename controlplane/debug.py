@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from django.db import DatabaseError
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
 __all__ = ["GuardedExceptionReporter", "SluiceExceptionReporterFilter"]
@@ -55,8 +56,11 @@ class GuardedExceptionReporter(ExceptionReporter):
             return True
         if self.request.headers.get("Authorization"):  # API and gateway tokens
             return False
-        user = getattr(self.request, "user", None)
-        return bool(user is not None and user.is_active and user.is_superuser)
+        try:  # reading the session may fail: the database may be what failed
+            user = getattr(self.request, "user", None)
+            return bool(user is not None and user.is_active and user.is_superuser)
+        except DatabaseError:
+            return False
 
     def _refusal(self) -> str:
         request_id = getattr(self.request, "id", "")

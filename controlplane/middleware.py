@@ -5,6 +5,8 @@ import re
 import time
 import uuid
 
+from django.db import DatabaseError
+
 from sluice import protocol
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -80,8 +82,11 @@ _WHO_FIELDS = ("user", "gateway", "request_id")
 def _who(request) -> dict[str, str]:
     """Who made the request: ``request.user`` is set by the session and by DRF's
     token authentication alike; a gateway names itself in a header."""
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        return {"user": user.get_username()}
+    try:  # a session not read yet is read now: the database may be what failed
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            return {"user": user.get_username()}
+    except DatabaseError:
+        pass
     gateway = request.headers.get(protocol.GATEWAY_ID)
     return {"gateway": gateway[:128]} if gateway else {}

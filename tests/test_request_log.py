@@ -8,6 +8,7 @@ import os
 import urllib.request
 
 import pytest
+from django.db import OperationalError, connection
 
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
@@ -109,3 +110,24 @@ def test_request_log__gateway_poll_unchanged__debug_with_the_gateway_id(
         "gw-eu-1",
         304,
     )
+
+
+@pytest.mark.django_db
+@pytest.mark.urls("tests.debug_urls")
+def test_request_log__session_unreadable__request_answered_and_logged(client, caplog):
+    # Given a signed-in person, and then a database that fails every query
+    client.force_login(UserFactory(username="pat-product", role="product"))
+
+    def failing(execute, sql, params, many, context):
+        raise OperationalError("the database is gone")
+
+    # When a view that needs no database answers
+    with (
+        connection.execute_wrapper(failing),
+        caplog.at_level(logging.INFO, logger="sluice.request"),
+    ):
+        response = client.get("/no-database")
+    # Then its answer stands, and is logged without a user
+    assert response.status_code == 200
+    (record,) = [r for r in caplog.records if r.name == "sluice.request"]
+    assert (record.status, getattr(record, "user", None)) == (200, None)
