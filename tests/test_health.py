@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
 from tests.servers import RedisServer
 
@@ -90,3 +90,25 @@ def test_health__not_get__405(client):
     response = client.post("/readyz")
     assert response.status_code == 405
     assert response["Allow"] == "GET, HEAD"
+
+
+@pytest.mark.django_db
+def test_readyz__postgres_failing__503_postgres_and_migrations_failing(
+    client, own_redis, caplog
+):
+    # Given a database that fails every query (as one that went away would)
+    def failing(execute, sql, params, many, context):
+        raise OperationalError("connection to server at 10.0.0.5 failed")
+
+    # When a probe asks
+    with connection.execute_wrapper(failing):
+        status, body, response = _get(client, "/readyz")
+    # Then not ready, without the error in the answer; the log has it
+    assert status == 503
+    assert body["checks"] == {
+        "postgres": "failing",
+        "migrations": "failing",
+        "redis": "ok",
+    }
+    assert "10.0.0.5" not in response.content.decode()
+    assert "readyz: postgres failing" in caplog.text
