@@ -79,3 +79,15 @@ def test_compose__web__healthy_when_ready_and_logs_json():
     assert web["environment"]["SLUICE_LOG_FORMAT"] == "json"
     gateway = COMPOSE["services"]["gateway"]
     assert gateway["depends_on"]["web"] == {"condition": "service_healthy"}
+
+
+def test_dockerfile__manage_py_at_build__given_a_key():
+    # DEBUG is off by default, so the settings refuse to load without a SECRET_KEY
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    runs = [
+        line
+        for line in dockerfile.splitlines()
+        if "manage.py" in line and not line.lstrip().startswith("#")
+    ]
+    assert runs
+    assert all("SECRET_KEY=" in command for command in runs), runs
