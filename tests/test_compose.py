@@ -87,7 +87,7 @@ def test_dockerfile__manage_py_at_build__given_a_key():
     runs = [
         line
         for line in dockerfile.splitlines()
-        if "manage.py" in line and not line.lstrip().startswith("#")
+        if "python manage.py" in line and not line.lstrip().startswith("#")
     ]
     assert runs
     assert all("SECRET_KEY=" in command for command in runs), runs
