@@ -12,12 +12,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from cryptography.fernet import InvalidToken
 from django.conf import settings
 from django.db import transaction
 
 from limits.announcements.signing import (
     SECRET_PREFIX,
     secret_generate,
+    secret_is_legacy,
     signature_headers,
 )
 from limits.choices import AuditAction, Role
@@ -33,6 +35,7 @@ __all__ = [
     "webhook_endpoint_create",
     "webhook_endpoint_delete",
     "webhook_endpoint_rotate_secret",
+    "webhook_endpoint_sends_legacy_signature",
     "webhook_endpoint_update",
     "webhook_post",
 ]
@@ -98,6 +101,16 @@ def endpoint_headers(
             timestamp=int(time.time()),
         ),
     }
+
+
+def webhook_endpoint_sends_legacy_signature(endpoint: WebhookEndpoint) -> bool | None:
+    """Whether ``endpoint``'s secret predates Standard Webhooks, so that its deliveries
+    carry the former ``Sluice-Signature`` too (until the secret is rotated); None when
+    no configured key decrypts the secret."""
+    try:
+        return secret_is_legacy(secret_decrypt(endpoint.secret_encrypted))
+    except InvalidToken:
+        return None
 
 
 def webhook_timeout() -> float:

@@ -27,6 +27,7 @@ from limits.announcements.tasks import announcement_notify_task, delivery_send_t
 from limits.announcements.webhooks import (
     webhook_endpoint_create,
     webhook_endpoint_rotate_secret,
+    webhook_endpoint_sends_legacy_signature,
 )
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor
@@ -167,8 +168,10 @@ def test_delivery_send__secret_from_before_standard_webhooks__both_schemes_verif
     docs_receiver.verify_webhook(
         secret=legacy, headers=request.headers, body=request.body
     )
+    assert webhook_endpoint_sends_legacy_signature(endpoint) is True
     # And once the secret is rotated, the former header is gone
     rotated = webhook_endpoint_rotate_secret(endpoint=endpoint, actor=SYSTEM)
+    assert webhook_endpoint_sends_legacy_signature(endpoint) is False
     delivery = webhook_endpoint_test(endpoint=endpoint, actor=SYSTEM)
     delivery_send_task.apply(args=[delivery.pk])
     latest = receiver.requests[-1]
