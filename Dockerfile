@@ -11,6 +11,9 @@ COPY gateway ./gateway
 COPY migrations ./migrations
 COPY templates ./templates
 COPY manage.py ./
-RUN pip install --no-cache-dir ./client -e . && python manage.py collectstatic --noinput
+# collectstatic reads the settings, which refuse to load without a SECRET_KEY when DEBUG
+# is off: a throw-away one for the build (the running containers get theirs).
+RUN pip install --no-cache-dir ./client -e . && \
+    SECRET_KEY=build-only-collectstatic python manage.py collectstatic --noinput
 EXPOSE 8000
 CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4"]

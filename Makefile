@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# What a developer machine runs with (make run, make traffic): DEBUG on, with the
+# development SECRET_KEY, and webhooks to receivers on localhost; both off by default.
+DEV_ENV := DEBUG=$${DEBUG:-1} SLUICE_WEBHOOK_ALLOW_PRIVATE=$${SLUICE_WEBHOOK_ALLOW_PRIVATE:-1}
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
@@ -24,7 +27,7 @@ setup:
 
 # Postgres and Redis are started too when nothing answers on DATABASE_URL, REDIS_URL or
 # CELERY_BROKER_URL (private ones under var/, see Procfile.dev); migrations and demo
-# data load once they answer.
+# data load once they answer. With DEV_ENV (above).
 run: install
 	@mkdir -p var && rm -f var/demo.ready
 	@echo
@@ -38,7 +41,7 @@ run: install
 	@echo "  Envoy gateway   http://127.0.0.1:10000/v1/search  (the same backends, through Sluice's decision service)"
 	@echo "  Ctrl-C stops everything."
 	@echo
-	SLUICE_HOST=$(HOST) SLUICE_PORT=$(PORT) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+	$(DEV_ENV) SLUICE_HOST=$(HOST) SLUICE_PORT=$(PORT) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
 		$(VENV)/bin/honcho -f Procfile.dev start
 
 check: install
@@ -46,8 +49,8 @@ check: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(PY) manage.py makemigrations --check --dry-run
-	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
+	$(PY) manage.py makemigrations --check --dry-run --settings controlplane.settings_test
+	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null --settings controlplane.settings_test
 
 # The whole suite, then the client's and the gateways' tests again with the asyncio
 # limiter's auto-pipelining off (both ways must hold).
@@ -64,7 +67,7 @@ gateway: install
 # dashboards show who is limited: tenants from the rules, GATEWAY_URL to aim it.
 GATEWAY_URL ?= http://127.0.0.1:8080
 traffic: install
-	$(PY) manage.py generate_traffic --gateway $(GATEWAY_URL)
+	$(DEV_ENV) $(PY) manage.py generate_traffic --gateway $(GATEWAY_URL)
 
 # Every benchmark and fault scenario (docs/benchmarks.md), within 15 minutes on 2 cores:
 # private redis-servers, gunicorn and a *_bench database; the report is var/bench/report.md.

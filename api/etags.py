@@ -1,8 +1,20 @@
-"""Optimistic concurrency for rule objects: ``ETag`` on reads, ``If-Match`` on writes."""
+"""ETags: optimistic concurrency for rule objects (``ETag`` on reads, ``If-Match`` on
+writes), and the ``If-None-Match`` of conditional reads (the gateways' poll)."""
 
+from django.utils.http import parse_etags
 from rest_framework import exceptions
 
 ANY = "*"
+#: The most entity tags of one ``If-None-Match`` looked at; a gateway sends one.
+MAX_NONE_MATCH_TAGS = 16
+
+
+def if_none_match_tags(request) -> frozenset[str]:
+    """The entity tags of ``If-None-Match``, for the weak comparison RFC 9110 (13.1.2)
+    asks of it: ``W/"x"`` and ``"x"`` are both ``"x"`` here; ``*`` stays ``*``; a
+    malformed member is ignored. Empty when the header is absent."""
+    tags = parse_etags(request.headers.get("If-None-Match", ""))
+    return frozenset(tag.removeprefix("W/") for tag in tags[:MAX_NONE_MATCH_TAGS])
 
 
 def etag_for(revision: int) -> str:

@@ -1,8 +1,11 @@
 """Settings of Sluice's control plane: the only settings module.
 
-Every value comes from an environment variable with a default that works on a
-developer machine where Postgres (127.0.0.1:5432, user postgres) and Redis
-(127.0.0.1:6379) are running. The README lists every variable.
+Every value comes from an environment variable. The defaults are safe for
+production where safety is at stake (``DEBUG`` off, a ``SECRET_KEY`` required,
+webhooks to public addresses only) and otherwise suit a developer machine where
+Postgres (127.0.0.1:5432, user postgres) and Redis (127.0.0.1:6379) are running.
+``make run`` turns ``DEBUG`` on (``Procfile.dev``); the test suite runs with
+``controlplane.settings_test``. The README lists every variable.
 """
 
 import os
@@ -61,12 +64,20 @@ def env_durations(name: str, default: str) -> list[int]:
     return sorted(set(seconds), reverse=True)
 
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for: a server started without configuration must not show
+# tracebacks, nor sign sessions with a key anyone can read in this file.
+DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off (DEBUG=1 only on a developer machine)"
+        )
     SECRET_KEY = "sluice-insecure-development-key-do-not-use-in-production"
+# Django's debug page (DEBUG on) only for signed-in superusers, never printing
+# connection URLs: controlplane.debug.
+DEFAULT_EXCEPTION_REPORTER = "controlplane.debug.GuardedExceptionReporter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "controlplane.debug.SluiceExceptionReporterFilter"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
@@ -100,7 +111,10 @@ INSTALLED_APPS = [
 MIGRATION_MODULES = {"limits": "migrations"}
 
 MIDDLEWARE = [
+    # /healthz and /readyz, before any host check, redirect, authentication or log
+    "controlplane.health.HealthCheckMiddleware",
     "controlplane.middleware.RequestIdMiddleware",
+    "controlplane.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -212,9 +226,10 @@ SLUICE_REMINDERS = env_durations("SLUICE_REMINDERS", "7d,1d")
 SLUICE_ANNOUNCE_INTERVAL = env_int("SLUICE_ANNOUNCE_INTERVAL", 60)
 #: Seconds a webhook endpoint has to answer one delivery attempt.
 SLUICE_WEBHOOK_TIMEOUT = env_int("SLUICE_WEBHOOK_TIMEOUT", 10)
-# Webhooks to private, loopback and link-local addresses (limits.core.egress): allowed
-# on a development machine (receivers on localhost), refused in production.
-SLUICE_WEBHOOK_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOK_ALLOW_PRIVATE", DEBUG)
+# Webhooks to private, loopback and link-local addresses (limits.core.egress): refused
+# unless allowed in so many words, DEBUG or not (a webhook URL must not become a way
+# to probe the operator's network from a server someone started with DEBUG=1).
+SLUICE_WEBHOOK_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOK_ALLOW_PRIVATE", False)
 #: Fernet keys that encrypt webhook signing secrets at rest, comma-separated: the
 #: first encrypts, every one decrypts (rotation). Empty: one derived from SECRET_KEY.
 SLUICE_SECRET_KEYS = env_list("SLUICE_SECRET_KEYS", "")
@@ -255,12 +270,30 @@ SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")
 
+#: ``plain`` (text) or ``json`` (one object a line: controlplane.logs).
+SLUICE_LOG_FORMAT = os.environ.get("SLUICE_LOG_FORMAT", "plain")
+if SLUICE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(
+        f"SLUICE_LOG_FORMAT={SLUICE_LOG_FORMAT!r}: expected plain or json"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "controlplane.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": SLUICE_LOG_FORMAT}
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # runserver's access lines (every gateway poll's 304) bury everything else;
+        # the request log (controlplane.middleware) replaces them. Errors stay.
+        "django.server": {
+            "handlers": ["console"],
+            "level": "ERROR",
+            "propagate": False,
+        },
+    },
 }

@@ -1,54 +1,77 @@
 """A receiver for Sluice webhooks, in the standard library only: verify, then trust.
 
+Sluice signs webhooks the Standard Webhooks way (standardwebhooks.com): a
+receiver built on the ``standardwebhooks`` package (or Svix's libraries) needs
+none of this file. Without a library, ``verify_webhook`` is the part to copy.
+
 Run it (``python docs/webhook_receiver.py --secret whsec_... --port 9000``) and
-register ``http://<host>:9000/`` as a webhook endpoint. ``verify_signature`` is
-the part to copy into your own service; the test suite imports this file and
-checks it against real deliveries, so it stays correct.
+register ``http://<host>:9000/`` as a webhook endpoint. The test suite imports
+this file and checks it against real deliveries, so it stays correct.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import hashlib
 import hmac
 import json
 import time
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-TOLERANCE_SECONDS = 300  # reject events signed longer ago than this: replays
+TOLERANCE_SECONDS = 300  # reject events signed longer ago (or later) than this: replays
 
 
 class InvalidSignature(Exception):
     pass
 
 
-def verify_signature(
+def signing_key(secret: str) -> bytes:
+    """The key of a ``whsec_...`` secret: the base64 after the prefix, decoded.
+
+    Secrets issued before Sluice followed Standard Webhooks use the URL-safe
+    alphabet (``-`` and ``_``) without padding; they are read the same way.
+    """
+    text = secret.removeprefix("whsec_").replace("-", "+").replace("_", "/")
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except binascii.Error:
+        raise InvalidSignature("the secret is not a whsec_ secret") from None
+
+
+def verify_webhook(
     *,
     secret: str,
-    header: str,
+    headers: Mapping[str, str],
     body: bytes,
     tolerance: int = TOLERANCE_SECONDS,
     now: float | None = None,
 ) -> dict:
-    """Return the event of ``body`` if ``header`` (``Sluice-Signature``) signs it.
+    """Return the event of ``body`` if its Standard Webhooks headers sign it.
 
-    The header is ``t=<unix seconds>,v1=<hex>`` (more ``v1`` entries may follow);
-    the signature is HMAC-SHA256 with the endpoint's secret over ``"<t>." + body``,
-    the raw bytes as received. Raise InvalidSignature otherwise.
+    ``webhook-signature`` is ``v1,<base64>`` (several may follow, space-separated);
+    each is HMAC-SHA256, keyed with the secret's bytes, over
+    ``"<webhook-id>.<webhook-timestamp>." + body``, the raw bytes as received.
+    Raise InvalidSignature otherwise.
     """
-    parts = [part.split("=", 1) for part in header.split(",") if "=" in part]
-    timestamps = [value for key, value in parts if key.strip() == "t"]
-    signatures = [value for key, value in parts if key.strip() == "v1"]
-    if len(timestamps) != 1 or not timestamps[0].isdigit() or not signatures:
-        raise InvalidSignature("malformed Sluice-Signature header")
-    timestamp = int(timestamps[0])
-    if abs((time.time() if now is None else now) - timestamp) > tolerance:
+    lower = {name.lower(): value for name, value in headers.items()}
+    message_id = lower.get("webhook-id", "")
+    timestamp = lower.get("webhook-timestamp", "")
+    signatures = lower.get("webhook-signature", "").split()
+    if not message_id or not timestamp.isdigit() or not signatures:
+        raise InvalidSignature("missing or malformed webhook-* headers")
+    if abs((time.time() if now is None else now) - int(timestamp)) > tolerance:
         raise InvalidSignature("timestamp outside the tolerance: a replay?")
-    signed = timestamps[0].encode() + b"." + body
-    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    if not any(hmac.compare_digest(expected, sig) for sig in signatures):
-        raise InvalidSignature("signature mismatch")
-    return json.loads(body)
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(signing_key(secret), signed, hashlib.sha256).digest()
+    expected = base64.b64encode(digest).decode()
+    for signature in signatures:
+        version, _, value = signature.partition(",")
+        if version == "v1" and hmac.compare_digest(expected, value):
+            return json.loads(body)
+    raise InvalidSignature("signature mismatch")
 
 
 def handler_for(secret: str, seen: set[str]) -> type[BaseHTTPRequestHandler]:
@@ -58,8 +81,7 @@ def handler_for(secret: str, seen: set[str]) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             try:
-                header = self.headers.get("Sluice-Signature", "")
-                event = verify_signature(secret=secret, header=header, body=body)
+                event = verify_webhook(secret=secret, headers=self.headers, body=body)
             except InvalidSignature as exc:
                 self.send_error(400, str(exc))
                 return

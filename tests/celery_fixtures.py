@@ -85,7 +85,7 @@ def celery_env(redis_server, transactional_db) -> dict[str, str]:
     redis.Redis.from_url(url).flushdb()  # no message left over from another test
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings_test",
         "DATABASE_URL": database_url(),
         "REDIS_URL": redis_server.url,
         "CELERY_BROKER_URL": url,

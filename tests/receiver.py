@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.utils.datastructures import CaseInsensitiveMapping
 
 
 @dataclass
 class Received:
-    headers: dict[str, str]
+    headers: CaseInsensitiveMapping  #: as HTTP has them: any case finds a header
     body: bytes
 
 
@@ -46,7 +47,9 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                receiver.requests.append(Received(dict(self.headers), body))
+                receiver.requests.append(
+                    Received(CaseInsensitiveMapping(dict(self.headers)), body)
+                )
                 receiver.arrived.set()
                 if receiver.hold is not None:
                     receiver.hold.wait(30)

@@ -71,3 +71,23 @@ def test_compose__gateway__variables_the_demo_gateway_reads_and_the_token_web_wr
 def test_readme__configuration_table__lists_every_setting_variable():
     table = set(re.findall(r"^\| `([A-Z][A-Z0-9_]*)`", README, flags=re.MULTILINE))
     assert _settings_variables() <= table, _settings_variables() - table
+
+
+def test_compose__web__healthy_when_ready_and_logs_json():
+    web = COMPOSE["services"]["web"]
+    assert "/readyz" in " ".join(web["healthcheck"]["test"])
+    assert web["environment"]["SLUICE_LOG_FORMAT"] == "json"
+    gateway = COMPOSE["services"]["gateway"]
+    assert gateway["depends_on"]["web"] == {"condition": "service_healthy"}
+
+
+def test_dockerfile__manage_py_at_build__given_a_key():
+    # DEBUG is off by default, so the settings refuse to load without a SECRET_KEY
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    runs = [
+        line
+        for line in dockerfile.splitlines()
+        if "python manage.py" in line and not line.lstrip().startswith("#")
+    ]
+    assert runs
+    assert all("SECRET_KEY=" in command for command in runs), runs

@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from limits.announcements.changelog import status_of
+from limits.announcements.webhooks import webhook_endpoint_sends_legacy_signature
 from limits.models import (
     Announcement,
     Delivery,
@@ -54,6 +55,14 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(
         slug_field="slug", queryset=Tenant.objects.all()
     )
+    legacy_signature = serializers.SerializerMethodField(
+        help_text="Whether deliveries also carry the former Sluice-Signature header: "
+        "a secret issued before Standard Webhooks (rotate it to end that); null when "
+        "no configured key decrypts the secret."
+    )
+
+    def get_legacy_signature(self, endpoint) -> bool | None:
+        return webhook_endpoint_sends_legacy_signature(endpoint)
 
     class Meta:
         model = WebhookEndpoint
@@ -64,6 +73,7 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
             "description",
             "is_active",
             "secret_prefix",
+            "legacy_signature",
             "revision",
             "created_at",
             "updated_at",

@@ -11,17 +11,17 @@ from django.db import DatabaseError
 from django.http import HttpResponse, HttpResponseNotModified
 from django.shortcuts import get_object_or_404
 from django.utils.cache import patch_vary_headers
-from django.utils.http import parse_etags
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions
 from rest_framework.views import APIView
 
 from api.authentication import GatewayTokenAuthentication, bearer_secret
+from api.etags import if_none_match_tags
 from api.permissions import GatewayOrRole
 from api.schema import ErrorSerializer
 from limits.core.audit import request_ip
-from limits.gateways.bundle import Bundle, snapshot_bundle_get
+from limits.gateways.bundle import Bundle, etag_held, snapshot_bundle_get
 from limits.gateways.polling import PollOutcome, PollUnavailable, gateway_poll
 from limits.gateways.reports import GatewayReport, parse_gateway_id
 from limits.models import GatewayToken, Snapshot
@@ -57,7 +57,8 @@ GATEWAY_HEADERS = [
         "If-None-Match",
         str,
         OpenApiParameter.HEADER,
-        description="The ETag of the bundle the gateway holds.",
+        description="The ETag of the bundle the gateway holds (weak comparison: "
+        'W/"…", lists and * are understood).',
     ),
 ]
 
@@ -103,11 +104,6 @@ def gateway_report(request) -> GatewayReport:
         token="",
         address=request_ip(request.META) or "",
     )
-
-
-def _not_modified(request, etag: str) -> bool:
-    tags = parse_etags(request.headers.get("If-None-Match", ""))
-    return etag in tags or "*" in tags
 
 
 def _bytes_response(
@@ -199,9 +195,9 @@ class SnapshotBundleView(APIView):
 
 def _answer(request, secret: str, report: GatewayReport, *, errors: bool):
     """304 or the bundle; a refused token or no bundle raises (``errors``) or gives None."""
+    held = if_none_match_tags(request)
     outcome = getattr(request, "sluice_poll", None)  # polled already by the plain path
     if outcome is None:
-        held = parse_etags(request.headers.get("If-None-Match", ""))
         try:
             outcome = gateway_poll(secret=secret, report=report, held=held)
         except PollUnavailable:
@@ -213,7 +209,7 @@ def _answer(request, secret: str, report: GatewayReport, *, errors: bool):
         if not errors:
             return None
         raise exceptions.AuthenticationFailed("Invalid or revoked gateway token.")
-    if outcome.etag is not None and _not_modified(request, outcome.etag):
+    if outcome.etag is not None and etag_held(held, outcome.etag):
         return _not_modified_response(outcome.etag)
     try:
         bundle = _bundle(outcome)
@@ -225,7 +221,7 @@ def _answer(request, secret: str, report: GatewayReport, *, errors: bool):
         if not errors:
             return None
         raise NothingPublished()
-    if _not_modified(request, bundle.etag):
+    if etag_held(held, bundle.etag):
         return _not_modified_response(bundle.etag)
     return _bytes_response(
         request, body=bundle.body, body_gzip=bundle.body_gzip, etag=bundle.etag

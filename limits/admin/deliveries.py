@@ -16,6 +16,7 @@ from limits.announcements.webhooks import (
     webhook_endpoint_create,
     webhook_endpoint_delete,
     webhook_endpoint_rotate_secret,
+    webhook_endpoint_sends_legacy_signature,
     webhook_endpoint_update,
 )
 from limits.core.audit import Actor
@@ -26,7 +27,14 @@ from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
 class WebhookEndpointAdmin(admin.ModelAdmin):
     """Endpoints per tenant: created with a secret shown once; test events and rotation."""
 
-    list_display = ("tenant", "url", "is_active", "secret_prefix", "updated_at")
+    list_display = (
+        "tenant",
+        "url",
+        "is_active",
+        "secret_prefix",
+        "legacy_signature",
+        "updated_at",
+    )
     list_filter = ("is_active",)
     list_select_related = ("tenant",)
     search_fields = ("tenant__slug", "url", "description")
@@ -37,13 +45,20 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         "description",
         "is_active",
         "secret_prefix",
+        "legacy_signature",
         "created_at",
         "updated_at",
     )
-    readonly_fields = ("secret_prefix", "created_at", "updated_at")
+    readonly_fields = ("secret_prefix", "legacy_signature", "created_at", "updated_at")
     actions = ["send_test_event", "rotate_secret"]
     change_form_template = "admin/limits/webhookendpoint/change_form.html"
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    @admin.display(
+        boolean=True, description="Former signature too (a secret from before: rotate)"
+    )
+    def legacy_signature(self, obj):
+        return None if obj.pk is None else webhook_endpoint_sends_legacy_signature(obj)
 
     def save_model(self, request, obj, form, change):
         actor = Actor.from_request(request)

@@ -4,5 +4,6 @@
 before a lowering), ``changelog`` and ``feeds`` (the public changelog: HTML,
 JSON, Atom; ``views`` and ``urls`` serve it), ``tenant_links`` (a tenant's
 private page), ``deliveries`` (one notification: a signed webhook or an email,
-retried), ``webhooks`` (endpoints, signatures), ``tasks``.
+retried), ``webhooks`` (endpoints, posting), ``signing`` (Standard Webhooks
+signatures and secrets), ``tasks``.
 """

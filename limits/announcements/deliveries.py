@@ -92,7 +92,7 @@ def _send_webhook(delivery: Delivery) -> _Outcome:
         return _Outcome(PostResult(None, 0, why), permanent=True)
     body = delivery_body(delivery)
     headers = {
-        **endpoint_headers(endpoint, body),
+        **endpoint_headers(endpoint, body, message_id=str(delivery.event_id)),
         "Sluice-Event": delivery.payload["type"],
         "Sluice-Delivery": str(delivery.event_id),
     }

@@ -1,25 +1,27 @@
-"""Webhooks: how a body is signed, how it is posted, and the endpoints tenants register.
+"""Webhooks: how they are posted, and the endpoints tenants register.
 
-Signature (the scheme Stripe popularised): header ``Sluice-Signature:
-t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" with the endpoint's
-secret>``. The timestamp is signed with the body, so a receiver that rejects
-timestamps older than a few minutes rejects replays too. ``docs/announcements.md``
-has a receiver. Endpoint services validate, write and audit like ``limits.rules.services``.
+Signatures follow Standard Webhooks (``limits.announcements.signing``);
+``docs/announcements.md`` has a receiver. Endpoint services validate, write and
+audit like ``limits.rules.services``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from cryptography.fernet import InvalidToken
 from django.conf import settings
 from django.db import transaction
 
+from limits.announcements.signing import (
+    SECRET_PREFIX,
+    secret_generate,
+    secret_is_legacy,
+    signature_headers,
+)
 from limits.choices import AuditAction, Role
 from limits.core.audit import Actor, audited_delete, audited_save, row_lock
 from limits.core.egress import public_opener
@@ -28,26 +30,15 @@ from limits.core.secrets import secret_decrypt, secret_encrypt
 from limits.models import WebhookEndpoint
 
 __all__ = [
-    "SIGNATURE_HEADER",
     "PostResult",
     "require_manager",
     "webhook_endpoint_create",
     "webhook_endpoint_delete",
     "webhook_endpoint_rotate_secret",
+    "webhook_endpoint_sends_legacy_signature",
     "webhook_endpoint_update",
     "webhook_post",
-    "webhook_sign",
 ]
-
-SIGNATURE_HEADER = "Sluice-Signature"
-SECRET_PREFIX = "whsec_"
-
-
-def webhook_sign(*, secret: str, body: bytes, timestamp: int) -> str:
-    """The ``Sluice-Signature`` value for ``body`` sent at ``timestamp``."""
-    signed = str(timestamp).encode() + b"." + body
-    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
 
 
 @dataclass(frozen=True)
@@ -95,16 +86,31 @@ def _since(started: float) -> int:
     return round((time.monotonic() - started) * 1000)
 
 
-def endpoint_headers(endpoint: WebhookEndpoint, body: bytes) -> dict[str, str]:
-    """Content type and signature of ``body`` for ``endpoint``, signed now."""
-    secret = secret_decrypt(endpoint.secret_encrypted)
+def endpoint_headers(
+    endpoint: WebhookEndpoint, body: bytes, *, message_id: str
+) -> dict[str, str]:
+    """Content type and signature headers of event ``message_id`` for ``endpoint``,
+    signed now."""
     return {
         "Content-Type": "application/json",
         "User-Agent": "Sluice-Webhooks/1",
-        SIGNATURE_HEADER: webhook_sign(
-            secret=secret, body=body, timestamp=int(time.time())
+        **signature_headers(
+            secret=secret_decrypt(endpoint.secret_encrypted),
+            message_id=message_id,
+            body=body,
+            timestamp=int(time.time()),
         ),
     }
+
+
+def webhook_endpoint_sends_legacy_signature(endpoint: WebhookEndpoint) -> bool | None:
+    """Whether ``endpoint``'s secret predates Standard Webhooks, so that its deliveries
+    carry the former ``Sluice-Signature`` too (until the secret is rotated); None when
+    no configured key decrypts the secret."""
+    try:
+        return secret_is_legacy(secret_decrypt(endpoint.secret_encrypted))
+    except InvalidToken:
+        return None
 
 
 def webhook_timeout() -> float:
@@ -128,7 +134,7 @@ def _audited(endpoint: WebhookEndpoint) -> dict:
 
 
 def _issue_secret(endpoint: WebhookEndpoint) -> str:
-    secret = f"{SECRET_PREFIX}{secrets.token_urlsafe(32)}"
+    secret = secret_generate()
     endpoint.secret_prefix = secret[: len(SECRET_PREFIX) + 6]
     endpoint.secret_encrypted = secret_encrypt(secret)
     return secret

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import redis
@@ -45,7 +46,9 @@ from limits.models import Snapshot
 from limits.versions.selectors import snapshot_get_active, snapshot_scheduled
 
 __all__ = [
+    "ANY_ETAG",
     "Bundle",
+    "etag_held",
     "snapshot_bundle_build",
     "snapshot_bundle_etag",
     "snapshot_bundle_from_postgres",
@@ -53,6 +56,16 @@ __all__ = [
     "snapshot_bundle_refresh",
     "snapshot_bundle_sync",
 ]
+
+#: ``If-None-Match: *``: any bundle at all matches.
+ANY_ETAG = "*"
+
+
+def etag_held(held: Collection[str], etag: str) -> bool:
+    """Whether a gateway holding ``held`` (``If-None-Match``'s tags, weak prefixes
+    removed) has the bundle of ``etag``: the weak comparison of RFC 9110, 13.1.2."""
+    return etag in held or ANY_ETAG in held
+
 
 # KEYS[1] the hash; ARGV: force ("1"/"0"), version, activations, then field/value pairs.
 _WRITE_IF_NEWER = """

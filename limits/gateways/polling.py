@@ -45,7 +45,7 @@ import redis
 from django.db import DatabaseError
 
 from limits.core.store import redis_client
-from limits.gateways.bundle import Bundle, snapshot_bundle_from_postgres
+from limits.gateways.bundle import Bundle, etag_held, snapshot_bundle_from_postgres
 from limits.gateways.counters import SNAPSHOT_POLLS, metric_increment
 from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY, gateway_token_key
 from limits.gateways.reports import GatewayReport, report_json
@@ -64,14 +64,19 @@ __all__ = ["PollOutcome", "PollUnavailable", "gateway_poll"]
 
 
 # KEYS: token cache entry, fleet hash, bundle hash, shared metric counters
-# ARGV: gateway id, report JSON, the ETag the gateway holds, counter field of a 304,
-#       counter field of a 200
+# ARGV: gateway id, report JSON, counter field of a 304, counter field of a 200,
+#       then the ETags the gateway holds (etag_held: equal, or "*")
 # Returns {0} for an unknown token, else {1, etag or false}.
 _POLL = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local etag = redis.call('HGET', KEYS[3], 'etag')
-local counted = (etag and etag == ARGV[3]) and ARGV[4] or ARGV[5]
+local counted = ARGV[4]
+if etag then
+  for i = 5, #ARGV do
+    if ARGV[i] == etag or ARGV[i] == '*' then counted = ARGV[3] break end
+  end
+end
 redis.call('HINCRBY', KEYS[4], counted, 1)
 return {1, etag}
 """
@@ -99,22 +104,22 @@ def gateway_poll(
 ) -> PollOutcome:
     """Authenticate a poll with gateway token ``secret`` and record ``report``.
 
-    ``held``: the ETags the gateway sent in ``If-None-Match``. A poll that holds
-    the window's ETag (a 304), or none at all (a gateway starting: any bundle
-    is newer than nothing), is answered from memory; any other goes to Redis,
-    so a gateway is never handed an older bundle than the one it has.
+    ``held``: the ETags the gateway sent in ``If-None-Match``, weak prefixes
+    removed (:func:`.bundle.etag_held`). A poll that holds the window's ETag (a
+    304), or none at all (a gateway starting: any bundle is newer than nothing),
+    is answered from memory; any other goes to Redis, so a gateway is never
+    handed an older bundle than the one it has.
     ``report.token`` is filled in here: the prefix of the secret.
     """
     report = report.with_token(secret[: len(GatewayToken.PREFIX) + 8])
     key = gateway_token_key(hash_secret(secret))
     window = poll_window()
     with window.lock:
-        fresh = not held or window.etag in held
         if (
-            fresh
-            and poll_window_is_open(window)
+            poll_window_is_open(window)
             and key in window.tokens
             and window.etag
+            and (not held or etag_held(held, window.etag))
         ):
             window.reports[report.gateway] = report
             result = "304" if held else "200"
@@ -140,13 +145,12 @@ def _poll_redis(
 ) -> PollOutcome:
     """The slow path: one script call (and Postgres for a token not cached in Redis)."""
     keys = [key, FLEET_KEY, BUNDLE_KEY, COUNTERS_KEY]
-    held_etag = next(iter(held)) if len(held) == 1 else ""
     args = [
         report.gateway,
         report_json(report),
-        held_etag,
         poll_field("304"),
         poll_field("200"),
+        *sorted(held),
     ]
     script = _script(redis_client(timeout=POLL_REDIS_TIMEOUT))
     found, *rest = script(keys=keys, args=args)
@@ -205,7 +209,7 @@ def _reopen(
         window.opened = time.monotonic()
         window.without_redis = True
         window.reports[report.gateway] = report
-        result = "304" if etag is not None and etag in held else "200"
+        result = "304" if etag is not None and etag_held(held, etag) else "200"
         window.polls[result] = window.polls.get(result, 0) + 1
 
 

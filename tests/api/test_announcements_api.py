@@ -61,6 +61,8 @@ def test_webhook_endpoint__read_back__secret_never_shown_again(
     assert "secret" not in one.json()
     assert created["secret"] not in one.content.decode()
     assert one["ETag"] == '"r1"'
+    # And a new endpoint's deliveries are Standard Webhooks only
+    assert one.json()["legacy_signature"] is False
 
 
 def test_webhook_endpoint__bad_url__400_with_field(api, acme, product_user):

@@ -246,3 +246,44 @@ def test_snapshot__polls__counted_by_result_on_the_metrics_endpoint(
     # Then each poll is counted once, under its result
     for result in ("200", "304", "401"):
         assert f'sluice_snapshot_polls_total{{result="{result}"}} 1.0' in text
+
+
+@pytest.mark.parametrize(
+    "if_none_match",
+    [
+        "W/{etag}",
+        '"older", {etag}',
+        '"older", W/{etag}',
+        'W/"older",W/{etag} , "other"',
+        "*",
+    ],
+)
+@pytest.mark.parametrize("window_ms", [1000, 0])
+def test_snapshot__if_none_match_weak_list_or_star__304(
+    client, published, gateway_secret, settings, if_none_match, window_ms
+):
+    # Given a gateway that received the bundle, with or without the poll window
+    settings.SLUICE_POLL_WINDOW_MS = window_ms
+    etag = _poll(client, gateway_secret)["ETag"]
+    # When it polls with the ETag marked weak, within a list, or with *
+    response = _poll(
+        client, gateway_secret, HTTP_IF_NONE_MATCH=if_none_match.format(etag=etag)
+    )
+    # Then the weak comparison of RFC 9110 (13.1.2) matches: 304 with the strong ETag
+    assert response.status_code == 304
+    assert response["ETag"] == etag
+
+
+@pytest.mark.parametrize(
+    "if_none_match", ['"older"', 'W/"older", "other"', "{bare}", 'W/"{bare}x"']
+)
+def test_snapshot__if_none_match_without_the_etag__200(
+    client, published, gateway_secret, if_none_match
+):
+    # Given the current ETag / When a gateway holds other tags (or an unquoted one)
+    etag = _poll(client, gateway_secret)["ETag"]
+    header = if_none_match.format(bare=etag.strip('"'))
+    response = _poll(client, gateway_secret, HTTP_IF_NONE_MATCH=header)
+    # Then it gets the bundle
+    assert response.status_code == 200
+    assert response["ETag"] == etag

@@ -1,4 +1,5 @@
-"""Announcements end to end: a real Celery worker and beat notify, then remind, on time."""
+"""Announcements end to end: a real Celery worker and beat notify, then remind, on time,
+in webhooks a Standard Webhooks library verifies."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from datetime import timedelta
 
 import pytest
+import standardwebhooks
 from django.utils import timezone
 
 from limits.choices import DeliveryKind, DeliveryState
@@ -48,7 +50,7 @@ def test_lowering__published_ahead__announced_then_reminded_by_worker_and_beat(
     # Given version 1, and acme with an endpoint at a local receiver
     actor = Actor.system("e2e")
     snapshot_publish(actor=actor, message="v1")
-    endpoint_for(rules["acme"], receiver.url)
+    _, secret = endpoint_for(rules["acme"], receiver.url)
     # When a lowering of pro search is published to take effect in 12 seconds
     lower_pro_search(rules)
     snapshot_publish(
@@ -68,6 +70,10 @@ def test_lowering__published_ahead__announced_then_reminded_by_worker_and_beat(
         ("limits.reminder", 2),
     ]
     assert events[1]["reminder"] == {"seconds_before": LEAD_SECONDS}
+    # And the receiver verifies each one with the standardwebhooks package, as sent
+    webhook = standardwebhooks.Webhook(secret)
+    for request in receiver.requests:
+        assert webhook.verify(request.body, request.headers)["version"] == 2
     rows = Delivery.objects.order_by("id")
     assert [(r.kind, r.state) for r in rows] == [
         (DeliveryKind.ANNOUNCEMENT, DeliveryState.DELIVERED),

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import importlib.util
 import json
+import secrets
 import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import standardwebhooks
 from django.db import connection
 from django.utils import timezone
 
@@ -17,11 +22,16 @@ from limits.announcements.deliveries import (
     delivery_send,
     webhook_endpoint_test,
 )
+from limits.announcements.signing import secret_generate
 from limits.announcements.tasks import announcement_notify_task, delivery_send_task
-from limits.announcements.webhooks import webhook_endpoint_create
+from limits.announcements.webhooks import (
+    webhook_endpoint_create,
+    webhook_endpoint_rotate_secret,
+    webhook_endpoint_sends_legacy_signature,
+)
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor
-from limits.core.secrets import secret_decrypt
+from limits.core.secrets import secret_decrypt, secret_encrypt
 from limits.models import AuditEntry, Delivery, WebhookEndpoint
 from limits.publishing.services import snapshot_publish
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
@@ -83,29 +93,90 @@ def test_delivery_send__receiver__verifies_signature_with_the_documented_code(
     delivery_send_task.apply(args=[delivery.pk])
     # Then the receiver got one POST that the documented receiver code accepts
     (request,) = receiver.requests
-    header = request.headers["Sluice-Signature"]
-    event = docs_receiver.verify_signature(
-        secret=announced["secret"], header=header, body=request.body
+    event = docs_receiver.verify_webhook(
+        secret=announced["secret"], headers=request.headers, body=request.body
     )
+    assert request.headers["webhook-id"] == event["id"] == str(delivery.event_id)
     assert request.headers["Sluice-Event"] == "limits.changed"
-    assert request.headers["Sluice-Delivery"] == event["id"] == str(delivery.event_id)
+    assert request.headers["Sluice-Delivery"] == event["id"]
     assert (event["tenant"], event["version"], event["emergency"]) == ("acme", 2, False)
     assert event["note"] == "Search gets stricter."
     assert [c["text"] for c in event["changes"]] == [
         "tier pro · search: per tenant: 50 / s, burst 100 → 20 / s, burst 40"
     ]
     assert "globex" not in request.body.decode()
-    # And a tampered body, another secret, or a replay later than 5 minutes is rejected
-    timestamp = int(header.split(",")[0][2:])
-    for body, secret, now in [
-        (request.body.replace(b"20 / s", b"90 / s"), announced["secret"], timestamp),
-        (request.body, "whsec_other", timestamp),
-        (request.body, announced["secret"], timestamp + 301),
+    # And a new secret gets no former Sluice-Signature header
+    assert "Sluice-Signature" not in request.headers
+    # And a tampered body or id, another secret, or a replay 5 minutes later is rejected
+    timestamp = int(request.headers["webhook-timestamp"])
+    other_id = {
+        **{k: v for k, v in request.headers.items() if k.lower() != "webhook-id"},
+        "webhook-id": "another-event",
+    }
+    for headers, body, secret, now in [
+        (request.headers, request.body.replace(b"20 / s", b"90 / s"), None, timestamp),
+        (other_id, request.body, None, timestamp),
+        (request.headers, request.body, secret_generate(), timestamp),
+        (request.headers, request.body, None, timestamp + 301),
     ]:
         with pytest.raises(docs_receiver.InvalidSignature):
-            docs_receiver.verify_signature(
-                secret=secret, header=header, body=body, now=now
+            docs_receiver.verify_webhook(
+                secret=secret or announced["secret"],
+                headers=headers,
+                body=body,
+                now=now,
             )
+
+
+def test_delivery_send__standard_webhooks_library__verifies_it_as_sent(
+    announced, receiver
+):
+    # Given acme's webhook delivery, sent
+    delivery_send_task.apply(args=[_webhook(announced).pk])
+    (request,) = receiver.requests
+    # When the receiver verifies it with the standardwebhooks package and the secret as issued
+    event = standardwebhooks.Webhook(announced["secret"]).verify(
+        request.body, request.headers
+    )
+    # Then it is the event, and the secret is standard base64 of 32 bytes
+    assert event["type"] == "limits.changed"
+    assert len(base64.b64decode(announced["secret"].removeprefix("whsec_"))) == 32
+
+
+def test_delivery_send__secret_from_before_standard_webhooks__both_schemes_verify(
+    announced, receiver
+):
+    # Given an endpoint whose secret was issued before (URL-safe base64, unpadded)
+    legacy = "whsec_" + secrets.token_urlsafe(32)
+    endpoint = announced["endpoint"]
+    endpoint.secret_encrypted = secret_encrypt(legacy)
+    endpoint.save()
+    # When a delivery is sent to it
+    delivery_send_task.apply(args=[_webhook(announced).pk])
+    (request,) = receiver.requests
+    # Then its existing receiver verifies the former header, with the secret as it was
+    header = request.headers["Sluice-Signature"]
+    timestamp, digest = (part.split("=", 1)[1] for part in header.split(","))
+    expected = hmac.new(
+        legacy.encode(), timestamp.encode() + b"." + request.body, hashlib.sha256
+    )
+    assert hmac.compare_digest(expected.hexdigest(), digest)
+    # And Standard Webhooks receivers verify it with the same bytes in standard base64
+    key = base64.urlsafe_b64decode(legacy.removeprefix("whsec_") + "=")
+    converted = "whsec_" + base64.b64encode(key).decode()
+    standardwebhooks.Webhook(converted).verify(request.body, request.headers)
+    docs_receiver.verify_webhook(
+        secret=legacy, headers=request.headers, body=request.body
+    )
+    assert webhook_endpoint_sends_legacy_signature(endpoint) is True
+    # And once the secret is rotated, the former header is gone
+    rotated = webhook_endpoint_rotate_secret(endpoint=endpoint, actor=SYSTEM)
+    assert webhook_endpoint_sends_legacy_signature(endpoint) is False
+    delivery = webhook_endpoint_test(endpoint=endpoint, actor=SYSTEM)
+    delivery_send_task.apply(args=[delivery.pk])
+    latest = receiver.requests[-1]
+    assert "Sluice-Signature" not in latest.headers
+    standardwebhooks.Webhook(rotated).verify(latest.body, latest.headers)
 
 
 def test_delivery_send__fails_then_succeeds__retried_with_every_attempt_logged(
@@ -228,8 +299,8 @@ def test_webhook_endpoint_test__ping__signed_delivered_and_logged(
     delivery_send_task.apply(args=[delivery.pk])
     # Then a signed ping arrived and the attempt is logged
     (request,) = receiver.requests
-    event = docs_receiver.verify_signature(
-        secret=secret, header=request.headers["Sluice-Signature"], body=request.body
+    event = docs_receiver.verify_webhook(
+        secret=secret, headers=request.headers, body=request.body
     )
     assert (event["type"], event["sent_by"]) == ("ping", "support")
     delivery.refresh_from_db()

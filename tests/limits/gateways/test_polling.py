@@ -118,3 +118,16 @@ def _polls(redis_client) -> dict[str, int]:
         if value is not None:
             counts[result] = int(value)
     return counts
+
+
+def test_poll__weak_etag_in_a_list_through_redis__counted_as_a_304(
+    client, published, secret, redis_client, settings
+):
+    # Given every poll asks Redis
+    settings.SLUICE_POLL_WINDOW_MS = 0
+    etag = _poll(client, secret)["ETag"]
+    # When a gateway sends the ETag weak, in a list
+    response = _poll(client, secret, HTTP_IF_NONE_MATCH=f'"older", W/{etag}')
+    # Then the answer and the shared counters agree: a 304
+    assert response.status_code == 304
+    assert _polls(redis_client) == {"200": 1, "304": 1}

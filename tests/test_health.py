@@ -1,0 +1,114 @@
+"""/healthz and /readyz (controlplane/health.py): open to probes, coarse, and honest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import OperationalError, connection
+
+from tests.servers import RedisServer
+
+
+@pytest.fixture
+def own_redis(settings):
+    """The app's Redis on a server of this test's own, which the test may stop."""
+    server = RedisServer().start()
+    settings.REDIS_URL = server.url
+    yield server
+    server.cleanup()
+
+
+def _get(client, path, **extra):
+    response = client.get(path, **extra)
+    return response.status_code, json.loads(response.content), response
+
+
+def test_healthz__anonymous_any_host__200_and_nothing_else(client):
+    # When a probe asks with the pod's address as host, no token, no session
+    status, body, response = _get(client, "/healthz", HTTP_HOST="10.1.2.3:8000")
+    # Then the process says it is up, and no more
+    assert (status, body) == (200, {"status": "ok"})
+    assert response["Cache-Control"] == "no-store"
+
+
+@pytest.mark.django_db
+def test_readyz__everything_answers__200_each_check_ok(client, own_redis):
+    status, body, _ = _get(client, "/readyz", HTTP_HOST="10.1.2.3:8000")
+    assert status == 200
+    assert body == {
+        "status": "ok",
+        "checks": {"postgres": "ok", "migrations": "ok", "redis": "ok"},
+    }
+
+
+@pytest.mark.django_db
+def test_readyz__redis_stopped__503_redis_failing_without_details(
+    client, own_redis, caplog
+):
+    # Given the app's Redis stopped
+    own_redis.stop()
+    # When a probe asks
+    status, body, response = _get(client, "/readyz")
+    # Then 503, Redis failing, and nothing a stranger could use (no address, no error)
+    assert status == 503
+    assert body == {
+        "status": "failing",
+        "checks": {"postgres": "ok", "migrations": "ok", "redis": "failing"},
+    }
+    assert str(own_redis.port) not in response.content.decode()
+    # And the server log says what failed
+    assert "readyz: redis failing" in caplog.text
+
+
+@pytest.mark.django_db
+def test_readyz__redis_stopped_but_excluded__200(client, own_redis):
+    own_redis.stop()
+    status, body, _ = _get(client, "/readyz?exclude=redis")
+    assert (status, body["checks"]) == (200, {"postgres": "ok", "migrations": "ok"})
+
+
+@pytest.mark.django_db
+def test_readyz__a_migration_not_applied__503_migrations_failing(
+    client, own_redis, caplog
+):
+    # Given the database without the record of its latest migration (rolled back after)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM django_migrations WHERE id = "
+            "(SELECT max(id) FROM django_migrations WHERE app = 'limits')"
+        )
+    # When a probe asks
+    status, body, _ = _get(client, "/readyz")
+    # Then not ready: the migrations are failing, Postgres itself is fine
+    assert status == 503
+    assert body["checks"] == {"postgres": "ok", "migrations": "failing", "redis": "ok"}
+    assert "readyz: migrations not applied" in caplog.text
+
+
+def test_health__not_get__405(client):
+    response = client.post("/readyz")
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+
+
+@pytest.mark.django_db
+def test_readyz__postgres_failing__503_postgres_and_migrations_failing(
+    client, own_redis, caplog
+):
+    # Given a database that fails every query (as one that went away would)
+    def failing(execute, sql, params, many, context):
+        raise OperationalError("connection to server at 10.0.0.5 failed")
+
+    # When a probe asks
+    with connection.execute_wrapper(failing):
+        status, body, response = _get(client, "/readyz")
+    # Then not ready, without the error in the answer; the log has it
+    assert status == 503
+    assert body["checks"] == {
+        "postgres": "failing",
+        "migrations": "failing",
+        "redis": "ok",
+    }
+    assert "10.0.0.5" not in response.content.decode()
+    assert "readyz: postgres failing" in caplog.text
