@@ -1,0 +1,227 @@
+"""Rehearsal on real Redis and a real Redis Cluster: a scheduled version decided in shadow.
+
+The limiter runs the next scheduled snapshot's policy beside the one in force, in
+the same EVALSHA, and says in the decision what it would have answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+
+from sluice import AsyncLimiter, Bundle, Limiter, Outcome, Rehearsed
+from sluice.headers import rate_limit_headers
+from tests.client.factories import PUBLISHED, limit, policy, rules, snapshot
+
+LATER = PUBLISHED + timedelta(days=3650)  #: a scheduled version that never takes effect
+
+
+def lowering(active_limit, scheduled_limit, *, scheduled_at=LATER) -> Bundle:
+    """Version 1 in force with ``active_limit`` per tenant on search; version 2,
+    scheduled, with ``scheduled_limit`` instead (other routes unchanged)."""
+    now = snapshot(rules(policy("default", "search", active_limit)), version=1)
+    later = snapshot(
+        rules(policy("default", "search", scheduled_limit)),
+        version=2,
+        effective_at=scheduled_at,
+    )
+    return Bundle(now, (later,))
+
+
+def test_decide__version_scheduled__rehearses_its_policy_beside(store):
+    # Given search at 5 a minute per tenant, and a lowering to 2 a minute scheduled
+    bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 2, 60, 2))
+    limiter = Limiter(store.client, bundle)
+    # When acme calls four times
+    decisions = [limiter.decide(route="search", tenant="acme") for _ in range(4)]
+    # Then all four are admitted (version 1 decides), and the rehearsal says that
+    # version 2 would have rejected the last two
+    assert [d.allowed for d in decisions] == [True] * 4
+    assert [d.snapshot_version for d in decisions] == [1] * 4
+    assert [d.rehearsed for d in decisions] == [
+        Rehearsed(2, False),
+        Rehearsed(2, False),
+        Rehearsed(2, True),
+        Rehearsed(2, True),
+    ]
+    # And the rehearsed bucket has a key of its own, with the request's hash tag,
+    # that expires like any bucket
+    key = "rl:{tenant:acme}:route:search:tenant:acme:60s:r2"
+    assert store.inspect.exists(key)
+    assert 0 < store.inspect.pttl(key) <= 60_000
+
+
+def test_decide__policy_unchanged_by_the_schedule__not_rehearsed(store):
+    # Given a scheduled version that changes search only
+    bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 2, 60, 2))
+    limiter = Limiter(store.client, bundle)
+    # When a request to another route is decided (the default IP policy in both)
+    decision = limiter.decide(route="orders.read", tenant="acme", ip="203.0.113.9")
+    # Then nothing is rehearsed for it, and no rehearsal key is written
+    assert decision.allowed
+    assert decision.rehearsed is None
+    assert not [k for k in store.inspect.scan_iter("*:r2")]
+
+
+def test_decide__rehearsed__same_answer_and_headers_as_without(store):
+    # Given the same requests decided with a lowering scheduled and without one
+    active, scheduled = limit("user", 3, 60, 4), limit("user", 1, 60, 1)
+    with_schedule = Limiter(store.client, lowering(active, scheduled))
+    without = Limiter(store.client, Bundle(lowering(active, scheduled).active))
+
+    def run(limiter):
+        store.flush()
+        return [
+            limiter.decide(route="search", tenant="acme", user="7") for _ in range(6)
+        ]
+
+    rehearsed, plain = run(with_schedule), run(without)
+    # Then every answer and every header is the same, whatever the rehearsal said
+    # (the fifth is rejected by Redis, the sixth by the reject cache: decided
+    # without Redis, so not rehearsed)
+    expected = [Rehearsed(2, False)] + [Rehearsed(2, True)] * 4 + [None]
+    assert [d.rehearsed for d in rehearsed] == expected
+    for one, other in zip(rehearsed, plain, strict=True):
+        assert comparable(one) == comparable(other)
+        assert headers(one) == headers(other)
+    assert [d.allowed for d in plain] == [True] * 4 + [False] * 2
+
+
+def comparable(decision):
+    return decision._replace(
+        at=0.0,
+        rehearsed=None,
+        reset=round(decision.reset),  # the same to the second: Redis time moved on
+        retry_after=None
+        if decision.retry_after is None
+        else round(decision.retry_after),
+        deciding=None,
+        statuses=tuple(
+            (s.name, s.key, s.quota, s.window, s.fits, s.remaining)
+            for s in decision.statuses
+        ),
+    )
+
+
+def headers(decision):
+    return rate_limit_headers(decision, github=True, wall=lambda: 0.0)
+
+
+def test_decide__rehearsed__one_round_trip(redis_server):
+    # Given a limiter rehearsing a lowering, on a Redis whose command stats start at 0
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    bundle = lowering(limit("tenant", 100, 1, 100), limit("tenant", 10, 1, 10))
+    limiter = Limiter(redis_server.url, bundle, timeout=1.0)
+    limiter.decide(route="search", tenant="acme")  # the script loaded
+    client.config_resetstat()
+    # When 50 requests are decided and rehearsed
+    decisions = [limiter.decide(route="search", tenant="acme") for _ in range(50)]
+    # Then Redis ran 50 EVALSHA and nothing else but what those scripts ran
+    # (GET, SET and one TIME each): one round trip per decision
+    stats = client.info("commandstats")
+    assert all(d.rehearsed is not None for d in decisions)
+    assert stats["cmdstat_evalsha"]["calls"] == 50
+    assert stats["cmdstat_time"]["calls"] == 50
+    scripted = {"cmdstat_get", "cmdstat_set", "cmdstat_time", "cmdstat_evalsha"}
+    assert set(stats) - scripted == {"cmdstat_config|resetstat"}
+    client.close()
+
+
+@pytest.mark.cluster
+def test_decide__rehearsed_on_a_cluster__one_slot(redis_cluster):
+    # Given a limiter on a Redis Cluster rehearsing per-user and per-tenant limits
+    # (two keys of the version in force, two of the rehearsed one)
+    from sluice.bucket import connect
+
+    client = connect(redis_cluster.url, timeout=1.0, cluster=True)
+    active = policy(
+        "default", "search", limit("tenant", 50, 1, 50), limit("user", 5, 1, 5)
+    )
+    scheduled = policy(
+        "default", "search", limit("tenant", 5, 1, 5), limit("user", 1, 1, 1)
+    )
+    bundle = Bundle(
+        snapshot(rules(active)),
+        (snapshot(rules(scheduled), version=2, effective_at=LATER),),
+    )
+    limiter = Limiter(client, bundle)
+    # When a user of acme calls twice
+    decisions = [
+        limiter.decide(route="search", tenant="acme", user="9") for _ in range(2)
+    ]
+    # Then Redis decided both (a CROSSSLOT error would have degraded them), and
+    # the rehearsal saw its per-user limit of 1 reject the second
+    assert [d.degraded for d in decisions] == [False, False]
+    assert [d.rehearsed for d in decisions] == [Rehearsed(2, False), Rehearsed(2, True)]
+    keys = [s.key for s in decisions[0].statuses] + [
+        "rl:{tenant:acme}:route:search:tenant:acme:1s:r2",
+        "rl:{tenant:acme}:route:search:user:9:1s:r2",
+    ]
+    assert len({client.keyslot(key) for key in keys}) == 1
+    client.close()
+
+
+def test_decide__redis_down__failure_mode_applies_and_rehearsal_skipped():
+    # Given a rehearsing limiter whose Redis does not answer (search fails open)
+    bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 1, 60, 1))
+    limiter = Limiter("redis://127.0.0.1:1/0", bundle, timeout=0.05)
+    # When acme calls
+    decision = limiter.decide(route="search", tenant="acme")
+    # Then the route's failure mode decided, as without a rehearsal, and nothing
+    # was rehearsed
+    assert decision.degraded
+    assert decision.outcome is Outcome.FAIL_OPEN
+    assert decision.rehearsed is None
+
+
+def test_decide__scheduled_version_takes_effect__rehearses_the_next_one(store):
+    # Given version 2 scheduled 10 s from now and version 3 10 s after it
+    start = time.time()
+    clock = [start]
+
+    def version(number, rate, at=PUBLISHED):
+        search = policy("default", "search", limit("tenant", rate, 60, rate))
+        return snapshot(rules(search), version=number, effective_at=at)
+
+    bundle = Bundle(
+        version(1, 9),
+        (version(2, 4, at=moment(start + 10)), version(3, 1, at=moment(start + 20))),
+    )
+    limiter = Limiter(store.client, bundle, wall=lambda: clock[0])
+    # When a request comes before version 2 takes effect, then one after
+    before = limiter.decide(route="search", tenant="acme")
+    clock[0] = start + 15
+    after = limiter.decide(route="search", tenant="acme")
+    # Then the first was decided by 1 and rehearsed 2, the second decided by 2 and
+    # rehearsed 3
+    assert (before.snapshot_version, before.rehearsed.version) == (1, 2)
+    assert (after.snapshot_version, after.rehearsed.version) == (2, 3)
+
+
+def moment(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "unbatched"])
+def test_async_decide__version_scheduled__rehearsed_too(store, pipelining):
+    # Given the asyncio limiter, with and without auto-pipelining, rehearsing a lowering
+    bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 2, 60, 2))
+
+    async def run():
+        limiter = AsyncLimiter(store.async_client(), bundle, pipelining=pipelining)
+        try:  # When four requests are decided at once
+            return await asyncio.gather(
+                *(limiter.decide(route="search", tenant="acme") for _ in range(4))
+            )
+        finally:
+            await limiter.aclose()
+
+    decisions = asyncio.run(run())
+    # Then all are admitted and version 2 would have rejected two of them
+    assert all(d.allowed for d in decisions)
+    assert sorted(d.rehearsed.rejected for d in decisions) == [False, False, True, True]
