@@ -7,15 +7,26 @@ the same EVALSHA, and says in the decision what it would have answered.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
 
-from sluice import AsyncLimiter, Bundle, Limiter, Outcome, Rehearsed
+from sluice import (
+    STREAM_KEY,
+    AsyncLimiter,
+    Bundle,
+    DecisionEvents,
+    Limiter,
+    Outcome,
+    Rehearsed,
+)
+from sluice.bucket import connect
 from sluice.headers import rate_limit_headers
 from tests.client.factories import PUBLISHED, limit, policy, rules, snapshot
+from tests.servers import RedisServer
 
 LATER = PUBLISHED + timedelta(days=3650)  #: a scheduled version that never takes effect
 
@@ -136,8 +147,6 @@ def test_decide__rehearsed__one_round_trip(redis_server):
 def test_decide__rehearsed_on_a_cluster__one_slot(redis_cluster):
     # Given a limiter on a Redis Cluster rehearsing per-user and per-tenant limits
     # (two keys of the version in force, two of the rehearsed one)
-    from sluice.bucket import connect
-
     client = connect(redis_cluster.url, timeout=1.0, cluster=True)
     active = policy(
         "default", "search", limit("tenant", 50, 1, 50), limit("user", 5, 1, 5)
@@ -225,3 +234,50 @@ def test_async_decide__version_scheduled__rehearsed_too(store, pipelining):
     # Then all are admitted and version 2 would have rejected two of them
     assert all(d.allowed for d in decisions)
     assert sorted(d.rehearsed.rejected for d in decisions) == [False, False, True, True]
+
+
+def test_events__rehearsed_decisions__records_in_a_field_of_their_own(
+    redis_server, redis_client
+):
+    # Given decision events of a limiter rehearsing a lowering from 5 to 2 a minute
+    events = DecisionEvents(connect(redis_server.url, timeout=1.0), gateway_id="gw-r")
+    bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 2, 60, 2))
+    limiter = Limiter(events.client, bundle, events=events)
+    # When acme searches 4 times and another route is called once, then they flush
+    for _ in range(4):
+        limiter.decide(route="search", tenant="acme")
+    limiter.decide(route="orders.read", tenant="acme")
+    events.flush()
+    # Then the entry's events read as before (5 admitted decisions of version 1) and
+    # its rehearsal records say: 4 searches rehearsed version 2, which rejects 2
+    (entry,) = [fields for _, fields in redis_client.xrange(STREAM_KEY)]
+    records = json.loads(entry[b"events"])
+    assert sum(r[-1] for r in records) == 5
+    assert {(r[4], r[5]) for r in records} == {(1, "allowed")}
+    (rehearsal,) = json.loads(entry[b"rehearsals"])
+    assert rehearsal[1:] == ["acme", "search", 2, 4, 2]
+    assert rehearsal[0] % 1000 == 0  # the second's start, in epoch ms
+
+
+def test_events__flush_fails__rehearsal_records_kept_for_the_next():
+    # Given rehearsed decisions buffered for a Redis that is down
+    server = RedisServer().start()
+    client = connect(server.url, timeout=0.5)
+    events = DecisionEvents(client, gateway_id="gw-r")
+    bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 1, 60, 1))
+    limiter = Limiter(client, bundle, events=events)
+    for _ in range(3):
+        limiter.decide(route="search", tenant="acme")
+    server.stop()
+    try:
+        # When a flush fails, then Redis comes back
+        assert events.flush() == 0
+        server.start()
+        assert events.flush() == 3
+        # Then the rehearsal records reached the stream with their events
+        inspect = redis.Redis.from_url(server.url)
+        (entry,) = [fields for _, fields in inspect.xrange(STREAM_KEY)]
+        assert json.loads(entry[b"rehearsals"])[0][1:] == ["acme", "search", 2, 3, 2]
+        inspect.close()
+    finally:
+        server.cleanup()
