@@ -168,6 +168,10 @@ class GatewayOutSerializer(serializers.Serializer):
         help_text="Prefix of the gateway token it polled with."
     )
     address = serializers.CharField()
+    rehearsed = serializers.IntegerField(
+        allow_null=True,
+        help_text="The scheduled version it rehearses in shadow; null when none.",
+    )
 
 
 class VersionCountSerializer(serializers.Serializer):
@@ -175,10 +179,18 @@ class VersionCountSerializer(serializers.Serializer):
     gateways = serializers.IntegerField()
 
 
+class FleetRehearsalSerializer(serializers.Serializer):
+    version = serializers.IntegerField(help_text="A scheduled version.")
+    gateways = serializers.ListField(
+        child=serializers.CharField(), help_text="Ids of the gateways rehearsing it."
+    )
+
+
 class FleetSerializer(serializers.Serializer):
     active_version = serializers.IntegerField(allow_null=True)
     gateways = GatewayOutSerializer(many=True)
     versions = VersionCountSerializer(many=True)
+    rehearsals = FleetRehearsalSerializer(many=True)
 
 
 class FieldChangeSerializer(serializers.Serializer):

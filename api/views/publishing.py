@@ -189,6 +189,10 @@ class FleetView(StrictQueryMixin, APIView):
                 "versions": [
                     {"version": v, "gateways": n} for v, n in fleet.versions.items()
                 ],
+                "rehearsals": [
+                    {"version": v, "gateways": ids}
+                    for v, ids in fleet.rehearsals.items()
+                ],
             }
         )
 

@@ -257,3 +257,25 @@ def test_cache__disk_full_then_freed__written_by_the_next_304_poll(
     restarted = make_source(cache_path=cache, url="http://127.0.0.1:9/api/v1/snapshot")
     assert restarted.current().version == 2
     assert restarted.etag == control_plane.etag
+
+
+def test_poll__version_scheduled__reports_that_it_rehearses_it(
+    control_plane, make_source
+):
+    # Given a bundle whose version 2 takes effect in an hour
+    later = PUBLISHED + timedelta(hours=1)
+    scheduled = snapshot(V2.rules, version=2, effective_at=later)
+    control_plane.serve(Bundle(V1, (scheduled,)))
+    clock = [later.timestamp() - 60]
+    source = make_source(wall=lambda: clock[0])
+    source.poll_once()
+    # When it polls again before, then after, version 2 takes effect
+    source.poll_once()
+    before = control_plane.requests[-1]
+    clock[0] = later.timestamp()
+    source.poll_once()
+    after = control_plane.requests[-1]
+    # Then it reported rehearsing version 2 until version 2 was in force
+    assert before["Sluice-Rehearsed-Version"] == "2"
+    assert "Sluice-Rehearsed-Version" not in after
+    assert source.upcoming() is None
