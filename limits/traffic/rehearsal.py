@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -21,7 +21,13 @@ from django.db.models import Sum
 
 from limits.models import RehearsalMinute
 
-__all__ = ["RehearsalFigure", "RehearsalTally", "rehearsal_figures"]
+__all__ = [
+    "RehearsalFigure",
+    "RehearsalRow",
+    "RehearsalTally",
+    "rehearsal_figures",
+    "rehearsal_recent",
+]
 
 _TEXT = 100  #: longest tenant or route kept (the columns' length)
 
@@ -57,6 +63,30 @@ def rehearsal_figures(
         .order_by("-would_reject", "-requests", "tenant", "route")
     )
     return [RehearsalFigure(**row) for row in totals]
+
+
+@dataclass(frozen=True, slots=True)
+class RehearsalRow:
+    """One tenant and route of a version's page: its last hour and its last day."""
+
+    tenant: str
+    route: str
+    hour: RehearsalFigure | None  #: None: nothing rehearsed in the last hour
+    day: RehearsalFigure
+
+
+def rehearsal_recent(*, version: int, now: datetime) -> list[RehearsalRow]:
+    """The version page's table: per tenant and route rehearsed in the day before
+    ``now``, the figures of the last hour and of the last day; the most rejected
+    in the last day first."""
+    hour = {
+        (f.tenant, f.route): f
+        for f in rehearsal_figures(version=version, since=now - timedelta(hours=1))
+    }
+    return [
+        RehearsalRow(day.tenant, day.route, hour.get((day.tenant, day.route)), day)
+        for day in rehearsal_figures(version=version, since=now - timedelta(days=1))
+    ]
 
 
 class RehearsalTally:
