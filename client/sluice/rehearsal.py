@@ -10,14 +10,19 @@ scheduled version would have rejected the request goes into the decision
 events, tagged with its version (:mod:`.metrics`), which the control plane
 rolls up into its version page (``docs/rehearsal.md``).
 
-Keys: a rehearsed bucket's key is the key that version would use, with the
-request's hash tag (so one slot, even on a Redis Cluster) and ``:r<version>``
-appended::
+Keys: a limit the scheduled policy shares with the one in force (same bucket,
+same numbers) is read from the real bucket: the script counts it in both
+decisions (flag ``"3"``). Every other limit of the scheduled policy gets a key
+of its own: the key that version would use, with the request's hash tag (so one
+slot, even on a Redis Cluster) and ``:r<version>`` appended::
 
     rl:{tenant:acme}:route:search:tenant:acme:1s:r7
 
-so a request adds at most one key per limit of the rehearsed policy, each
-expiring like any bucket once it would be full again. Not rehearsed: requests
+so a request adds at most one key per limit the schedule changes, each expiring
+like any bucket once it would be full again. A shared bucket holds what the
+version in force charged it, including requests the scheduled version would
+have rejected: when such a shared limit binds too, the rehearsal errs towards
+more rejections, never fewer. Not rehearsed: requests
 whose policy is the same in both versions; policies decided by ``hot.lua``
 (leases, concurrency caps) in the version in force; the rehearsed version's
 shadow limits and concurrency caps; requests decided without Redis (the
@@ -34,6 +39,7 @@ from .plans import LimitPlan, PolicyPlan
 __all__ = ["REHEARSED", "Rehearsal", "RehearsalPlan", "Rehearsed", "rehearsal_plan"]
 
 REHEARSED = b"2"  #: the token-bucket script's flag of a rehearsed limit
+SHARED = b"3"  #: its flag of an enforced limit the rehearsed version shares
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +48,9 @@ class RehearsalPlan:
 
     version: int  #: the rehearsed snapshot's version
     active: PolicyPlan  #: the plan the request is enforced by
-    limits: tuple[LimitPlan, ...]  #: the rehearsed policy's enforced bucket limits
-    args: tuple[bytes, ...]  #: the script's ARGV: the active plan's, then these limits'
+    limits: tuple[LimitPlan, ...]  #: the limits the schedule changes: keys of their own
+    shared: tuple[int, ...]  #: indexes of the active limits the rehearsal counts too
+    args: tuple[bytes, ...]  #: the script's ARGV: the active plan's, then ``limits``'
     suffix: str  #: appended to each rehearsed key: ``:r<version>``
     sharded: tuple[tuple[int, int], ...] = ()  #: (index in ``limits``, shards)
 
@@ -70,10 +77,19 @@ def rehearsal_plan(
     decides, or no enforced bucket limit in ``scheduled``."""
     if active.hot or _same_buckets(active, scheduled):
         return None
-    limits = tuple(p for p in scheduled.limits if not p.limit.shadow)
-    if not limits:
+    wanted = [p for p in scheduled.limits if not p.limit.shadow]
+    if not wanted:
         return None
+    enforced = {
+        _bucket(p): index
+        for index, p in enumerate(active.limits)
+        if not p.limit.shadow
+    }
+    shared = tuple(enforced[_bucket(p)] for p in wanted if _bucket(p) in enforced)
+    limits = tuple(p for p in wanted if _bucket(p) not in enforced)
     args = list(active.args)
+    for index in shared:
+        args[3 * index + 2] = SHARED
     for plan in limits:
         args += [b"%d" % plan.geometry.increment, b"%d" % plan.geometry.capacity]
         args.append(REHEARSED)
@@ -81,6 +97,7 @@ def rehearsal_plan(
         version,
         active,
         limits,
+        shared,
         tuple(args),
         f":r{version}",
         tuple((i, p.limit.shards) for i, p in enumerate(limits) if p.limit.shards > 1),
@@ -88,10 +105,18 @@ def rehearsal_plan(
 
 
 def rehearsed(plan: RehearsalPlan, reply: list[int]) -> Rehearsed:
-    """Read the rehearsed limits' part of a token-bucket ``reply``."""
+    """Read what the rehearsed version said from a token-bucket ``reply``."""
     first = 1 + 2 * len(plan.active.limits)
     fits = reply[first : first + 2 * len(plan.limits) : 2]
-    return Rehearsed(plan.version, not all(f == 1 for f in fits))
+    rejected = not all(f == 1 for f in fits) or any(
+        reply[1 + 2 * index] != 1 for index in plan.shared
+    )
+    return Rehearsed(plan.version, rejected)
+
+
+def _bucket(plan: LimitPlan) -> tuple[str, int, int]:
+    """What makes two limits one bucket with the same numbers."""
+    return (plan.template, plan.geometry.increment, plan.geometry.capacity)
 
 
 def _same_buckets(active: PolicyPlan, scheduled: PolicyPlan) -> bool:

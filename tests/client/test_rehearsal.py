@@ -281,3 +281,31 @@ def test_events__flush_fails__rehearsal_records_kept_for_the_next():
         inspect.close()
     finally:
         server.cleanup()
+
+
+def test_decide__limit_shared_by_both_versions__read_from_the_real_bucket(store):
+    # Given a per-tenant limit of 3 a minute in both versions, and a per-user limit
+    # that the scheduled version lowers from 10 to 5 a minute
+    tenant = limit("tenant", 3, 60, 3)
+    bundle = Bundle(
+        snapshot(rules(policy("default", "search", tenant, limit("user", 10, 60, 10)))),
+        (
+            snapshot(
+                rules(policy("default", "search", tenant, limit("user", 5, 60, 5))),
+                version=2,
+                effective_at=LATER,
+            ),
+        ),
+    )
+    limiter = Limiter(store.client, bundle)
+    # When a user of acme calls four times
+    decisions = [
+        limiter.decide(route="search", tenant="acme", user="1") for _ in range(4)
+    ]
+    # Then only the lowered limit has a rehearsal key; the tenant limit, shared,
+    # rejects the fourth in both versions
+    assert [k for k in store.inspect.scan_iter("*:r2")] == [
+        "rl:{tenant:acme}:route:search:user:1:60s:r2"
+    ]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    assert [d.rehearsed.rejected for d in decisions] == [False, False, False, True]

@@ -11,14 +11,16 @@
 -- ARGV[3i - 1]  capacity, microseconds: burst x tick (a full bucket)
 -- ARGV[3i]      "0" for an enforced limit, "1" for a shadow limit (evaluated and
 --               reported, never rejects), "2" for a limit of a rehearsed scheduled
---               version (its own keys: never rejects, charged on its own terms)
+--               version (its own key: never rejects, charged on its own terms),
+--               "3" for an enforced limit that the rehearsed version shares
 --
 -- All enforced limits must fit, or none of them (nor any shadow one) is written.
 -- When they do, every enforced or shadow limit that fits is charged, and its key
 -- expires when the bucket would be full again, so memory follows active clients.
--- Rehearsed limits form a decision of their own, as if their version were in
--- force: all of them are charged when all of them fit, whatever the enforced
--- limits said, so their buckets fill exactly as that version's would.
+-- Rehearsed limits ("2", and "3" for the shared ones) form a decision of their
+-- own, as if their version were in force: the "2" ones are charged when all of
+-- them fit, whatever the enforced limits said, so their buckets fill as that
+-- version's would (a shared bucket is charged as an enforced one).
 --
 -- Reply: {admitted (1 or 0), then per limit: fits (1 or 0), debt after the decision
 -- (microseconds), then the Redis time of the decision (microseconds since the epoch)}
@@ -42,6 +44,8 @@ for i = 1, #KEYS do
     local kind = ARGV[3 * i]
     if kind == '2' then
       rehearsed = 0
+    elseif kind == '3' then
+      admitted, rehearsed = 0, 0
     elseif kind ~= '1' then
       admitted = 0
     end
