@@ -185,9 +185,15 @@ def bench_sync(
     for _, call in variants:
         run_sync(call, requests[:500])  # warm up
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
+    stats = redis.Redis.from_url(url)
     for repeat in range(repeats):
         for name, call in variants if repeat % 2 == 0 else reversed(variants):
-            results[name].append(run_sync(call, requests))
+            stats.config_resetstat()
+            figures = run_sync(call, requests)
+            script = stats.info("commandstats").get("cmdstat_evalsha", {})
+            figures["redis"] = script.get("usec_per_call", 0.0)  # Redis's own time
+            results[name].append(figures)
+    stats.close()
     events.stop()
     return results
 
@@ -265,11 +271,18 @@ def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
     ):
         if upper not in results:
             continue
-        ratios = [
-            c["mean"] / r["mean"]
-            for r, c in zip(results[lower], results[upper], strict=True)
-        ]
+        pairs = list(zip(results[lower], results[upper], strict=True))
+        ratios = [c["mean"] / r["mean"] for r, c in pairs]
         print(f"  {upper} / {lower} time per decision: {spread(ratios, 2)}")
+        if upper == "rehearse":  # the mean drowns in a loaded machine's stalls
+            medians = [c["p50"] / r["p50"] for r, c in pairs]
+            print(f"  {upper} / {lower} p50: {spread(medians, 2)}")
+    if all("redis" in r for runs in results.values() for r in runs):
+        cells = ", ".join(
+            f"{name} {spread([r['redis'] for r in runs]).strip()}"
+            for name, runs in results.items()
+        )
+        print(f"  Redis µs per EVALSHA (INFO commandstats): {cells}")
 
 
 def main() -> None:

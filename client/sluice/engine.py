@@ -268,12 +268,12 @@ def _rehearsal_keys(
     ip: str | None,
 ) -> list[str]:
     keys = [
-        p.template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
-        for p in plan.limits
+        template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
+        for template, p in zip(plan.templates, plan.limits, strict=True)
     ]
     if plan.sharded:
         _shard(keys, plan.sharded)
-    return [key + plan.suffix for key in keys]
+    return keys
 
 
 def bucket_statuses(

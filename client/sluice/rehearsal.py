@@ -17,6 +17,7 @@ of its own: the key that version would use, with the request's hash tag (so one
 slot, even on a Redis Cluster) and ``:r<version>`` appended::
 
     rl:{tenant:acme}:route:search:tenant:acme:1s:r7
+    rl:{tenant:acme}:route:search:tenant:acme:1s:r7:s3    (shard 3 of a sharded one)
 
 so a request adds at most one key per limit the schedule changes, each expiring
 like any bucket once it would be full again. A shared bucket holds what the
@@ -51,7 +52,8 @@ class RehearsalPlan:
     limits: tuple[LimitPlan, ...]  #: the limits the schedule changes: keys of their own
     shared: tuple[int, ...]  #: indexes of the active limits the rehearsal counts too
     args: tuple[bytes, ...]  #: the script's ARGV: the active plan's, then ``limits``'
-    suffix: str  #: appended to each rehearsed key: ``:r<version>``
+    #: key templates of ``limits``, ``:r<version>`` appended (a shard's ``:s<i>`` after it)
+    templates: tuple[str, ...]
     sharded: tuple[tuple[int, int], ...] = ()  #: (index in ``limits``, shards)
 
 
@@ -81,9 +83,7 @@ def rehearsal_plan(
     if not wanted:
         return None
     enforced = {
-        _bucket(p): index
-        for index, p in enumerate(active.limits)
-        if not p.limit.shadow
+        _bucket(p): index for index, p in enumerate(active.limits) if not p.limit.shadow
     }
     shared = tuple(enforced[_bucket(p)] for p in wanted if _bucket(p) in enforced)
     limits = tuple(p for p in wanted if _bucket(p) not in enforced)
@@ -99,7 +99,7 @@ def rehearsal_plan(
         limits,
         shared,
         tuple(args),
-        f":r{version}",
+        tuple(f"{p.template}:r{version}" for p in limits),
         tuple((i, p.limit.shards) for i, p in enumerate(limits) if p.limit.shards > 1),
     )
 
