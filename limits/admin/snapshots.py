@@ -103,7 +103,11 @@ class SnapshotAdmin(ReadOnlyAdmin):
             "can_publish": request.user.has_perm("limits.publish_snapshot"),
             "active_version": active.version if active else None,
         }
-        row = Snapshot.objects.filter(pk=object_id).first()
+        row = (
+            Snapshot.objects.filter(pk=object_id).first()
+            if str(object_id).isdigit()
+            else None  # the admin answers a malformed id itself
+        )
         if row is not None:
             extra["rehearsal"] = _rehearsal_context(row, active)
         return super().change_view(
