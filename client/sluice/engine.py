@@ -51,7 +51,8 @@ class Prepared(NamedTuple):
     rehearsal: Rehearsal | None = None
 
 
-# plan, route slug, mode, cost, the rehearsal at that cost, the rehearsed policy
+# plan, route slug, mode, cost, the rehearsal (at the scheduled route cost), the
+# rehearsed policy
 _Entry = tuple[
     PolicyPlan, str | None, FailureMode, int, RehearsalPlan | None, Policy | None
 ]
@@ -169,17 +170,19 @@ class Engine:
             resolution = self.resolver.resolve(tenant=tenant, route=route, now=now)
             found = resolution.route
             plan = self.plan(resolution.policy, resolution.cost)
-            scheduled = None
-            if self.rehearsed is not None:
-                scheduled = self.rehearsed.resolver.resolve(
+            scheduled, rehearsal = None, None
+            if self.rehearsed is not None:  # at its own route cost, which may differ
+                later = self.rehearsed.resolver.resolve(
                     tenant=tenant, route=route, now=now
-                ).policy
+                )
+                scheduled = later.policy
+                rehearsal = self._rehearsal_of(plan, scheduled, later.cost)
             entry = (
                 plan,
                 found.slug if found else None,
                 found.failure_mode if found else self.unmatched,
                 resolution.cost,
-                self._rehearsal_of(plan, scheduled, resolution.cost),
+                rehearsal,
                 scheduled,
             )
             if (

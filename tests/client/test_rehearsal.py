@@ -19,13 +19,15 @@ from sluice import (
     AsyncLimiter,
     Bundle,
     DecisionEvents,
+    FailureMode,
     Limiter,
     Outcome,
     Rehearsed,
+    Route,
 )
 from sluice.bucket import connect
 from sluice.headers import rate_limit_headers
-from tests.client.factories import PUBLISHED, limit, policy, rules, snapshot
+from tests.client.factories import PUBLISHED, ROUTES, limit, policy, rules, snapshot
 from tests.servers import RedisServer
 
 LATER = PUBLISHED + timedelta(days=3650)  #: a scheduled version that never takes effect
@@ -309,3 +311,21 @@ def test_decide__limit_shared_by_both_versions__read_from_the_real_bucket(store)
     ]
     assert [d.allowed for d in decisions] == [True, True, True, False]
     assert [d.rehearsed.rejected for d in decisions] == [False, False, False, True]
+
+
+def test_decide__schedule_raises_the_route_cost__rehearsed_at_the_new_cost(store):
+    # Given search at 4 tokens a minute per tenant, its cost 1 now and 2 in the
+    # scheduled version (the limit itself unchanged)
+    search = policy("default", "search", limit("tenant", 4, 60, 4))
+    routes = dict(ROUTES)
+    routes["search"] = Route("search", ("GET",), "/v1/search", 2, FailureMode.OPEN)
+    bundle = Bundle(
+        snapshot(rules(search)),
+        (snapshot(rules(search, routes=routes), version=2, effective_at=LATER),),
+    )
+    limiter = Limiter(store.client, bundle)
+    # When acme searches three times
+    decisions = [limiter.decide(route="search", tenant="acme") for _ in range(3)]
+    # Then version 1 admits all three; version 2, at 2 tokens each, only two
+    assert [d.allowed for d in decisions] == [True] * 3
+    assert [d.rehearsed.rejected for d in decisions] == [False, False, True]
