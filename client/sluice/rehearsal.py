@@ -37,7 +37,15 @@ from typing import NamedTuple
 
 from .plans import LimitPlan, PolicyPlan
 
-__all__ = ["REHEARSED", "Rehearsal", "RehearsalPlan", "Rehearsed", "rehearsal_plan"]
+__all__ = [
+    "REHEARSED",
+    "SHARED",
+    "Rehearsal",
+    "RehearsalPlan",
+    "Rehearsed",
+    "rehearsal_plan",
+    "rehearsed",
+]
 
 REHEARSED = b"2"  #: the token-bucket script's flag of a rehearsed limit
 SHARED = b"3"  #: its flag of an enforced limit the rehearsed version shares

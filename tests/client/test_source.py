@@ -169,16 +169,23 @@ def test_start__corrupt_file__ignored_with_one_log_line_and_strict_fallback(
     assert [p.limits[0].dimension.value for p in snapshot_.rules.policies] == ["ip"]
 
 
-def test_current__scheduled_snapshot__takes_over_at_its_time_while_unreachable(
-    control_plane, make_source
-):
-    # Given a bundle whose version 2 takes effect in an hour
+def in_an_hour(control_plane, make_source):
+    """A source that applied a bundle whose version 2 takes effect in an hour
+    (a minute before it, by its clock); returns the source, its clock and that hour."""
     later = PUBLISHED + timedelta(hours=1)
     scheduled = snapshot(V2.rules, version=2, effective_at=later)
     control_plane.serve(Bundle(V1, (scheduled,)))
     clock = [later.timestamp() - 60]
     source = make_source(wall=lambda: clock[0])
     source.poll_once()
+    return source, clock, later
+
+
+def test_current__scheduled_snapshot__takes_over_at_its_time_while_unreachable(
+    control_plane, make_source
+):
+    # Given a bundle whose version 2 takes effect in an hour
+    source, clock, later = in_an_hour(control_plane, make_source)
     before = source.current().version
     # When the control plane is down and the hour has passed
     control_plane.stop()
@@ -263,12 +270,7 @@ def test_poll__version_scheduled__reports_that_it_rehearses_it(
     control_plane, make_source
 ):
     # Given a bundle whose version 2 takes effect in an hour
-    later = PUBLISHED + timedelta(hours=1)
-    scheduled = snapshot(V2.rules, version=2, effective_at=later)
-    control_plane.serve(Bundle(V1, (scheduled,)))
-    clock = [later.timestamp() - 60]
-    source = make_source(wall=lambda: clock[0])
-    source.poll_once()
+    source, clock, later = in_an_hour(control_plane, make_source)
     # When it polls again before, then after, version 2 takes effect
     source.poll_once()
     before = control_plane.requests[-1]
