@@ -329,3 +329,15 @@ def test_decide__schedule_raises_the_route_cost__rehearsed_at_the_new_cost(store
     # Then version 1 admits all three; version 2, at 2 tokens each, only two
     assert [d.allowed for d in decisions] == [True] * 3
     assert [d.rehearsed.rejected for d in decisions] == [False, False, True]
+
+
+def test_decide__policy_with_leases__decided_by_the_hot_script_unrehearsed(store):
+    # Given search leased 10 tokens at a time now, lowered (without a lease) later
+    bundle = lowering(limit("tenant", 100, 1, 100, lease=10), limit("tenant", 1, 1, 1))
+    limiter = Limiter(store.client, bundle)
+    # When acme searches twice
+    decisions = [limiter.decide(route="search", tenant="acme") for _ in range(2)]
+    # Then the hot path decides as before, and nothing is rehearsed (docs/rehearsal.md)
+    assert [d.allowed for d in decisions] == [True, True]
+    assert [d.rehearsed for d in decisions] == [None, None]
+    assert not [k for k in store.inspect.scan_iter("*:r2")]
