@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Sum
+from django.db.models import Count, Q, Sum
 
 from limits.models import RehearsalMinute
 
@@ -27,6 +27,7 @@ __all__ = [
     "RehearsalTally",
     "rehearsal_figures",
     "rehearsal_recent",
+    "rehearsal_totals",
 ]
 
 _TEXT = 100  #: longest tenant or route kept (the columns' length)
@@ -87,6 +88,31 @@ def rehearsal_recent(*, version: int, now: datetime) -> list[RehearsalRow]:
         RehearsalRow(day.tenant, day.route, hour.get((day.tenant, day.route)), day)
         for day in rehearsal_figures(version=version, since=now - timedelta(days=1))
     ]
+
+
+def rehearsal_totals(*, versions: list[int], since: datetime) -> dict[int, dict]:
+    """Per version of ``versions`` rehearsed since ``since``: ``requests``,
+    ``would_reject`` and ``tenants`` (how many tenants it would have rejected at
+    least once), in one query; versions not rehearsed are absent."""
+    rows = (
+        RehearsalMinute.objects.filter(
+            version__in=versions, minute__gte=since.replace(second=0, microsecond=0)
+        )
+        .values("version")
+        .annotate(  # names of their own: a filter on a column, not on its sum
+            seen=Sum("requests"),
+            rejected=Sum("would_reject"),
+            hit=Count("tenant", distinct=True, filter=Q(would_reject__gt=0)),
+        )
+    )
+    return {
+        row["version"]: {
+            "requests": row["seen"],
+            "would_reject": row["rejected"],
+            "tenants": row["hit"],
+        }
+        for row in rows
+    }
 
 
 class RehearsalTally:

@@ -116,3 +116,13 @@ def test_version_page__active_version__no_rehearsal_table(
     page = client.get(reverse("admin:limits_snapshot_change", args=[v1.pk]))
     assert page.status_code == 200
     assert "Rehearsal by the gateways" not in page.content.decode()
+
+
+def test_home__scheduled_version_rehearsed__says_whom_it_would_hit(
+    client, rehearsed, viewer_user
+):
+    # Given a viewer / When they open the admin's home page
+    client.force_login(viewer_user)
+    page = client.get("/admin/").content.decode()
+    # Then the scheduled version says what its rehearsal saw in the last day
+    assert "would reject 2 of 5 requests in the last day (1 tenant)" in page
