@@ -23,11 +23,11 @@ so a request adds at most one key per limit the schedule changes, each expiring
 like any bucket once it would be full again. A shared bucket holds what the
 version in force charged it, including requests the scheduled version would
 have rejected: when such a shared limit binds too, the rehearsal errs towards
-more rejections, never fewer. Not rehearsed: requests
-whose policy is the same in both versions; policies decided by ``hot.lua``
-(leases, concurrency caps) in the version in force; the rehearsed version's
-shadow limits and concurrency caps; requests decided without Redis (the
-reject cache, a failure mode).
+more rejections, never fewer. Policies with concurrency caps are rehearsed the same way in ``hot.lua``'s one
+call (:mod:`.hot`). Not rehearsed: requests whose policy is the same in both
+versions; policies with leases in the version in force (most of their requests
+are decided in process); the rehearsed version's shadow limits and concurrency
+caps; requests decided without Redis (the reject cache, a failure mode).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ class RehearsalPlan:
     #: key templates of ``limits``, ``:r<version>`` appended (a shard's ``:s<i>`` after it)
     templates: tuple[str, ...]
     sharded: tuple[tuple[int, int], ...] = ()  #: (index in ``limits``, shards)
-    #: where the reply says whether each rehearsed limit fits (own ones, then shared)
+    #: the limits whose fit the reply tells the rehearsal: their index among the
+    #: script's buckets (own ones after the active plan's, then the shared ones)
     reads: tuple[int, ...] = ()
 
 
@@ -85,9 +86,11 @@ def rehearsal_plan(
     active: PolicyPlan, scheduled: PolicyPlan, *, version: int
 ) -> RehearsalPlan | None:
     """The rehearsal of ``scheduled`` beside ``active``, or None when there is nothing
-    to rehearse: the same buckets with the same numbers, a policy the hot script
-    decides, or no enforced bucket limit in ``scheduled``."""
-    if active.hot or _same_buckets(active, scheduled):
+    to rehearse: the same buckets with the same numbers, an active policy with
+    leases (its requests are mostly decided in process), or no enforced bucket
+    limit in ``scheduled``."""
+    leased = any(p.lease for p in active.limits)
+    if leased or _same_buckets(active, scheduled):
         return None
     wanted = [p for p in scheduled.limits if not p.limit.shadow]
     if not wanted:
@@ -111,15 +114,15 @@ def rehearsal_plan(
         tuple(args),
         tuple(f"{p.template}:r{version}" for p in limits),
         tuple((i, p.limit.shards) for i, p in enumerate(limits) if p.limit.shards > 1),
-        tuple(1 + 2 * (len(active.limits) + i) for i in range(len(limits)))
-        + tuple(1 + 2 * index for index in shared),
+        tuple(range(len(active.limits), len(active.limits) + len(limits))) + shared,
     )
 
 
-def rehearsed(plan: RehearsalPlan, reply: list[int]) -> Rehearsed:
-    """Read what the rehearsed version said from a token-bucket ``reply``."""
-    for at in plan.reads:  # a loop, not any(): this runs for every rehearsed request
-        if reply[at] != 1:
+def rehearsed(plan: RehearsalPlan, reply: list[int], step: int = 2) -> Rehearsed:
+    """Read what the rehearsed version said from a script's ``reply`` (``step``
+    values per bucket: 2 for ``token_bucket.lua``, 3 for ``hot.lua``)."""
+    for index in plan.reads:  # a loop, not any(): this runs per rehearsed request
+        if reply[1 + step * index] != 1:
             return Rehearsed(plan.version, True)
     return Rehearsed(plan.version, False)
 

@@ -27,7 +27,15 @@ from sluice import (
 )
 from sluice.bucket import connect
 from sluice.headers import rate_limit_headers
-from tests.client.factories import PUBLISHED, ROUTES, limit, policy, rules, snapshot
+from tests.client.factories import (
+    PUBLISHED,
+    ROUTES,
+    concurrent,
+    limit,
+    policy,
+    rules,
+    snapshot,
+)
 from tests.servers import RedisServer
 
 LATER = PUBLISHED + timedelta(days=3650)  #: a scheduled version that never takes effect
@@ -341,3 +349,35 @@ def test_decide__policy_with_leases__decided_by_the_hot_script_unrehearsed(store
     assert [d.allowed for d in decisions] == [True, True]
     assert [d.rehearsed for d in decisions] == [None, None]
     assert not [k for k in store.inspect.scan_iter("*:r2")]
+
+
+def test_decide__policy_with_a_concurrency_cap__rehearsed_in_the_hot_call(store):
+    # Given exports capped at 2 in flight per tenant, at 5 a minute now and 2 a
+    # minute in the scheduled version
+    cap = (concurrent("tenant", 2),)
+    now = policy("default", "search", limit("tenant", 5, 60, 5), concurrency=cap)
+    later = policy("default", "search", limit("tenant", 2, 60, 2), concurrency=cap)
+    bundle = Bundle(
+        snapshot(rules(now)),
+        (snapshot(rules(later), version=2, effective_at=LATER),),
+    )
+    limiter = Limiter(store.client, bundle)
+    # When acme makes three requests, each released when it ends
+    decisions = []
+    for _ in range(3):
+        decision = limiter.decide(route="search", tenant="acme")
+        decisions.append(decision)
+        limiter.release(decision)
+    # Then all three were admitted and held a slot, and version 2 would have
+    # rejected the third (its own key, the request's hash tag)
+    assert [d.allowed for d in decisions] == [True] * 3
+    assert all(d.held is not None for d in decisions)
+    assert [d.rehearsed for d in decisions] == [
+        Rehearsed(2, False),
+        Rehearsed(2, False),
+        Rehearsed(2, True),
+    ]
+    assert store.inspect.exists("rl:{tenant:acme}:route:search:tenant:acme:60s:r2")
+    assert (
+        store.inspect.zcard("rl:{tenant:acme}:route:search:tenant:acme:inflight") == 0
+    )
