@@ -22,6 +22,7 @@ from api.views.publishing import (
     SnapshotDiffView,
     SnapshotListView,
     SnapshotPublishView,
+    SnapshotRehearsalView,
     SnapshotRollbackView,
 )
 from api.views.rules import (
@@ -66,6 +67,11 @@ urlpatterns = [
         "snapshots/<int:version>/rollback",
         SnapshotRollbackView.as_view(),
         name="snapshot-rollback",
+    ),
+    path(
+        "snapshots/<int:version>/rehearsal",
+        SnapshotRehearsalView.as_view(),
+        name="snapshot-rehearsal",
     ),
     path("snapshots/diff", SnapshotDiffView.as_view(), name="snapshot-diff"),
     path("explain", ExplainView.as_view(), name="explain"),

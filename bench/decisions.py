@@ -4,8 +4,10 @@ Starts its own redis-server on a free loopback port, then for each scenario
 (a random key among 10k, one hot key) and each API (sync, asyncio) runs A B A B
 interleaved blocks: A is a bare redis-py ``evalsha`` of the same script with
 the same keys and arguments, B is ``Limiter.decide``; the sync runs add C,
-``Limiter.decide`` handing every decision to running ``DecisionEvents``. Prints
-figures; never asserts anything. Usage (see docs/benchmarks.md)::
+``Limiter.decide`` handing every decision to running ``DecisionEvents``; both
+add R, ``Limiter.decide`` while a lowering is scheduled, so that every decision
+rehearses it (``docs/rehearsal.md``). Prints figures; never asserts anything.
+Usage (see docs/benchmarks.md)::
 
     .venv/bin/python bench/decisions.py [--ops 4000] [--repeats 5] [--redis-cpu 1]
 """
@@ -33,8 +35,13 @@ from bench.load import load_rules
 from bench.servers import start_redis, stop_redis
 from sluice import (  # importable thanks to the path above
     AsyncLimiter,
+    Bundle,
     DecisionEvents,
+    Dimension,
+    Limit,
     Limiter,
+    Policy,
+    Rules,
     Snapshot,
 )
 from sluice.bucket import SCRIPT, connect, connect_async
@@ -45,6 +52,33 @@ KEYS = 10_000
 def bench_rules() -> Snapshot:
     """A realistic policy: per tenant and per IP, admitting everything the bench sends."""
     return load_rules(KEYS)
+
+
+def rehearsing(snapshot: Snapshot) -> Bundle:
+    """``snapshot`` in force and, scheduled years later, a version that halves the
+    per-tenant limit of the searches (the per-IP one unchanged): each search
+    decision rehearses it, with one key more."""
+    rules = snapshot.rules
+    policies = tuple(
+        Policy(p.scope, p.route, tuple(_halved(limit) for limit in p.limits))
+        if p.route == "search"
+        else p
+        for p in rules.policies
+    )
+    lowered = Snapshot.build(
+        version=snapshot.version + 1,
+        parent=snapshot.version,
+        published_at=snapshot.published_at,
+        effective_at=snapshot.effective_at.replace(year=2100),
+        rules=Rules(rules.tiers, rules.tenants, rules.routes, policies),
+    )
+    return Bundle(snapshot, (lowered,))
+
+
+def _halved(limit: Limit) -> Limit:
+    if limit.dimension is not Dimension.TENANT:
+        return limit
+    return Limit(limit.dimension, limit.rate // 2, limit.period, limit.burst // 2)
 
 
 def requests_for(scenario: str, count: int) -> list[tuple[str, str]]:
@@ -117,7 +151,12 @@ def sync_variants(url: str, snapshot: Snapshot, requests: list[tuple[str, str]])
     def client(tenant: str, ip: str) -> object:
         return limiter.decide(route="search", tenant=tenant, ip=ip)
 
-    return raw, client
+    rehearsal = Limiter(url, rehearsing(snapshot), timeout=0.5)
+
+    def rehearsed(tenant: str, ip: str) -> object:
+        return rehearsal.decide(route="search", tenant=tenant, ip=ip)
+
+    return raw, client, rehearsed
 
 
 def events_variant(url: str, snapshot: Snapshot) -> tuple[Callable, DecisionEvents]:
@@ -135,15 +174,26 @@ def bench_sync(
     url, snapshot, scenario, ops, repeats
 ) -> dict[str, list[dict[str, float]]]:
     requests = requests_for(scenario, ops)
-    raw, client = sync_variants(url, snapshot, requests)
+    raw, client, rehearsed = sync_variants(url, snapshot, requests)
     evented, events = events_variant(url, snapshot)
-    variants = [("raw", raw), ("client", client), ("events", evented)]
+    variants = [
+        ("raw", raw),
+        ("client", client),
+        ("events", evented),
+        ("rehearse", rehearsed),
+    ]
     for _, call in variants:
         run_sync(call, requests[:500])  # warm up
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
+    stats = redis.Redis.from_url(url)
     for repeat in range(repeats):
         for name, call in variants if repeat % 2 == 0 else reversed(variants):
-            results[name].append(run_sync(call, requests))
+            stats.config_resetstat()
+            figures = run_sync(call, requests)
+            script = stats.info("commandstats").get("cmdstat_evalsha", {})
+            figures["redis"] = script.get("usec_per_call", 0.0)  # Redis's own time
+            results[name].append(figures)
+    stats.close()
     events.stop()
     return results
 
@@ -166,14 +216,21 @@ def bench_async(
         async def client(tenant: str, ip: str) -> object:
             return await limiter.decide(route="search", tenant=tenant, ip=ip)
 
-        await run_async(raw, requests[:500]), await run_async(client, requests[:500])
-        results: dict[str, list[dict[str, float]]] = {"raw": [], "client": []}
+        rehearsal = AsyncLimiter(url, rehearsing(snapshot), timeout=0.5)
+
+        async def rehearsed(tenant: str, ip: str) -> object:
+            return await rehearsal.decide(route="search", tenant=tenant, ip=ip)
+
+        order = [("raw", raw), ("client", client), ("rehearse", rehearsed)]
+        for _, call in order:
+            await run_async(call, requests[:500])  # warm up
+        results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in order}
         for repeat in range(repeats):
-            order = [("raw", raw), ("client", client)]
             for name, call in order if repeat % 2 == 0 else reversed(order):
                 results[name].append(await run_async(call, requests))
         await raw_client.aclose()
         await limiter.aclose()
+        await rehearsal.aclose()
         return results
 
     return asyncio.run(main())
@@ -202,19 +259,30 @@ def spread(values: list[float], digits: int = 1) -> str:
 def report(title: str, results: dict[str, list[dict[str, float]]]) -> None:
     print(f"\n{title}")
     print(
-        f"  {'variant':7} {'decisions/s':>26} {'p50 µs':>24} {'p99 µs':>24} {'p99.9 µs':>26}"
+        f"  {'variant':8} {'decisions/s':>26} {'p50 µs':>24} {'p99 µs':>24} {'p99.9 µs':>26}"
     )
     for name, runs in results.items():
         cells = [spread([r[k] for r in runs]) for k in ("per_s", "p50", "p99", "p999")]
-        print(f"  {name:7} {cells[0]:>26} {cells[1]:>24} {cells[2]:>24} {cells[3]:>26}")
-    for upper, lower in (("client", "raw"), ("events", "client")):
+        print(f"  {name:8} {cells[0]:>26} {cells[1]:>24} {cells[2]:>24} {cells[3]:>26}")
+    for upper, lower in (
+        ("client", "raw"),
+        ("events", "client"),
+        ("rehearse", "client"),
+    ):
         if upper not in results:
             continue
-        ratios = [
-            c["mean"] / r["mean"]
-            for r, c in zip(results[lower], results[upper], strict=True)
-        ]
+        pairs = list(zip(results[lower], results[upper], strict=True))
+        ratios = [c["mean"] / r["mean"] for r, c in pairs]
         print(f"  {upper} / {lower} time per decision: {spread(ratios, 2)}")
+        if upper == "rehearse":  # the mean drowns in a loaded machine's stalls
+            medians = [c["p50"] / r["p50"] for r, c in pairs]
+            print(f"  {upper} / {lower} p50: {spread(medians, 2)}")
+    if all("redis" in r for runs in results.values() for r in runs):
+        cells = ", ".join(
+            f"{name} {spread([r['redis'] for r in runs]).strip()}"
+            for name, runs in results.items()
+        )
+        print(f"  Redis µs per EVALSHA (INFO commandstats): {cells}")
 
 
 def main() -> None:

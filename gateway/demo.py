@@ -166,6 +166,10 @@ class BundleFile:
             self._reload()
         return self._bundle.in_force(time.time())
 
+    def upcoming(self) -> Snapshot | None:
+        """The next scheduled snapshot, which the limiter rehearses."""
+        return self._bundle.upcoming(time.time())
+
     def _reload(self) -> None:
         try:
             stamp = self.path.stat().st_mtime

@@ -168,6 +168,10 @@ class GatewayOutSerializer(serializers.Serializer):
         help_text="Prefix of the gateway token it polled with."
     )
     address = serializers.CharField()
+    rehearsed = serializers.IntegerField(
+        allow_null=True,
+        help_text="The scheduled version it rehearses in shadow; null when none.",
+    )
 
 
 class VersionCountSerializer(serializers.Serializer):
@@ -175,10 +179,42 @@ class VersionCountSerializer(serializers.Serializer):
     gateways = serializers.IntegerField()
 
 
+class RehearsalQuerySerializer(serializers.Serializer):
+    since = serializers.DateTimeField(
+        required=False, help_text="From this time (to the minute); default: a day ago."
+    )
+    tenant = serializers.CharField(required=False, help_text="One tenant's figures.")
+
+
+class RehearsalFigureSerializer(serializers.Serializer):
+    tenant = serializers.CharField(help_text="Empty for requests without a tenant.")
+    route = serializers.CharField(help_text="Empty for requests that matched no route.")
+    requests = serializers.IntegerField(
+        help_text="Requests that rehearsed the version."
+    )
+    would_reject = serializers.IntegerField(
+        help_text="Of those, how many the version would have rejected."
+    )
+
+
+class RehearsalSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    since = serializers.DateTimeField()
+    figures = RehearsalFigureSerializer(many=True)
+
+
+class FleetRehearsalSerializer(serializers.Serializer):
+    version = serializers.IntegerField(help_text="A scheduled version.")
+    gateways = serializers.ListField(
+        child=serializers.CharField(), help_text="Ids of the gateways rehearsing it."
+    )
+
+
 class FleetSerializer(serializers.Serializer):
     active_version = serializers.IntegerField(allow_null=True)
     gateways = GatewayOutSerializer(many=True)
     versions = VersionCountSerializer(many=True)
+    rehearsals = FleetRehearsalSerializer(many=True)
 
 
 class FieldChangeSerializer(serializers.Serializer):

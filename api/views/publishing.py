@@ -1,7 +1,10 @@
 """Versions, publish, rollback, diff, explain and the fleet: thin views over limits' services."""
 
-from datetime import UTC, datetime
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
@@ -14,6 +17,8 @@ from api.serializers.snapshots import (
     ExplanationSerializer,
     FleetSerializer,
     PublishInputSerializer,
+    RehearsalQuerySerializer,
+    RehearsalSerializer,
     RollbackInputSerializer,
     SnapshotSerializer,
 )
@@ -22,6 +27,7 @@ from limits.gateways.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import snapshot_publish
+from limits.traffic.rehearsal import rehearsal_figures
 from limits.versions.explain import explain
 from limits.versions.selectors import (
     snapshot_active_version,
@@ -114,6 +120,35 @@ class SnapshotDiffView(StrictQueryMixin, APIView):
         return Response({**query.validated_data, **diff.to_json()})
 
 
+class SnapshotRehearsalView(StrictQueryMixin, APIView):
+    """What gateways' rehearsal of a version saw: per tenant and route, the requests
+    it would change and how many it would have rejected (``docs/rehearsal.md``)."""
+
+    def known_query_params(self) -> set[str]:
+        return {*RehearsalQuerySerializer().fields, "format"}
+
+    @extend_schema(
+        operation_id="snapshot_rehearsal",
+        parameters=[RehearsalQuerySerializer],
+        responses={200: RehearsalSerializer},
+    )
+    def get(self, request, version: int):
+        query = RehearsalQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        get_object_or_404(Snapshot, version=version)
+        since = query.validated_data.get("since") or timezone.now() - timedelta(days=1)
+        figures = rehearsal_figures(
+            version=version, since=since, tenant=query.validated_data.get("tenant")
+        )
+        return Response(
+            {
+                "version": version,
+                "since": since,
+                "figures": [asdict(figure) for figure in figures],
+            }
+        )
+
+
 class ExplainView(StrictQueryMixin, APIView):
     """Which policy applies to a request, why, and the bucket keys it would be charged."""
 
@@ -188,6 +223,10 @@ class FleetView(StrictQueryMixin, APIView):
                 ],
                 "versions": [
                     {"version": v, "gateways": n} for v, n in fleet.versions.items()
+                ],
+                "rehearsals": [
+                    {"version": v, "gateways": ids}
+                    for v, ids in fleet.rehearsals.items()
                 ],
             }
         )

@@ -42,6 +42,12 @@ GATEWAY_HEADERS = [
         description="The snapshot version the gateway enforces now.",
     ),
     OpenApiParameter(
+        protocol.REHEARSED_VERSION,
+        int,
+        OpenApiParameter.HEADER,
+        description="The scheduled version the gateway rehearses in shadow, if any.",
+    ),
+    OpenApiParameter(
         protocol.REJECTED_VERSION,
         int,
         OpenApiParameter.HEADER,
@@ -103,6 +109,7 @@ def gateway_report(request) -> GatewayReport:
         seen=time.time(),
         token="",
         address=request_ip(request.META) or "",
+        rehearsed=_optional_int(request, protocol.REHEARSED_VERSION),
     )
 
 

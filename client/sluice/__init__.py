@@ -26,6 +26,7 @@ from .identity import Identity, TrustedProxies, client_ip
 from .limiter import Limiter
 from .metrics import STREAM_KEY, DecisionEvents
 from .parsing import parse_rules
+from .rehearsal import Rehearsed
 from .resolver import Level, Resolution, Resolver, resolve
 from .routing import PatternError, RouteTable, parse_path_pattern
 from .rules import (
@@ -75,6 +76,7 @@ __all__ = [
     "Policy",
     "PollResult",
     "Problem",
+    "Rehearsed",
     "RejectCache",
     "Resolution",
     "Resolver",

@@ -95,13 +95,18 @@ class AsyncLimiter(LimiterCore):
             return self.fail(engine, prepared, "circuit open", breaker)
         if prepared.plan.hot:
             return await self._decide_hot(engine, prepared, breaker)
+        rehearsal = prepared.rehearsal
         try:
-            reply = await self.bucket(prepared.keys, prepared.plan.args)
+            if rehearsal is None:
+                reply = await self.bucket(prepared.keys, prepared.plan.args)
+            else:  # the same call: one round trip, one slot
+                reply = await self.bucket(
+                    prepared.keys + rehearsal.keys, rehearsal.plan.args
+                )
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
         self.store_answered(breaker)
-        self.remember(prepared, reply)
-        return engine.decision(prepared, reply, at=self.observe(reply[-1]))
+        return self.answered(engine, prepared, reply)
 
     async def _decide_hot(
         self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker

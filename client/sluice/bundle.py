@@ -39,7 +39,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class SnapshotProvider(Protocol):
-    """Anything that hands a limiter the snapshot in force right now."""
+    """Anything that hands a limiter the snapshot in force right now.
+
+    A provider may also offer ``upcoming() -> Snapshot | None``, the next
+    scheduled snapshot: limiters then rehearse it (:mod:`.rehearsal`).
+    """
 
     def current(self) -> Snapshot: ...
 
@@ -80,6 +84,13 @@ class Bundle:
                 break
             snapshot = scheduled
         return snapshot
+
+    def upcoming(self, now: float) -> Snapshot | None:
+        """The next snapshot to take effect after ``now``: the one gateways rehearse."""
+        return next(
+            (s for t, s in zip(self._times, self.scheduled, strict=True) if t > now),
+            None,
+        )
 
     def next_switch(self, now: float) -> float:
         """Epoch seconds of the next scheduled switch after ``now``; infinity if none."""
@@ -187,3 +198,7 @@ class StaticSource:
 
     def current(self) -> Snapshot:
         return self.bundle.in_force(self._wall())
+
+    def upcoming(self) -> Snapshot | None:
+        """The next scheduled snapshot, rehearsed beside the one in force (see :mod:`.rehearsal`)."""
+        return self.bundle.upcoming(self._wall())

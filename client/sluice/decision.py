@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from .quota import ConcurrencyLimit
+from .rehearsal import Rehearsed
 from .rules import Limit, Policy
 
 __all__ = ["Decision", "Held", "LimitStatus", "Outcome"]
@@ -98,6 +99,9 @@ class Decision(NamedTuple):
     #: from the reply, or estimated from the last reply when decided in process;
     #: 0.0 when no Redis reply was ever seen (then readers use their own clock)
     at: float = 0.0
+    #: what the rehearsed scheduled version would have answered (:mod:`.rehearsal`);
+    #: None when nothing was rehearsed. Never rendered in headers.
+    rehearsed: Rehearsed | None = None
 
     @property
     def violated(self) -> tuple[LimitStatus, ...]:

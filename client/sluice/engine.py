@@ -15,6 +15,7 @@ from typing import NamedTuple
 from .decision import Decision, LimitStatus, Outcome
 from .keys import owner_tag, subject_value
 from .plans import LimitPlan, PolicyPlan, SlotPlan, compile_policy
+from .rehearsal import Rehearsal, RehearsalPlan, Rehearsed, rehearsal_plan
 from .resolver import Resolver
 from .rules import FailureMode, Policy
 from .snapshot import Snapshot
@@ -46,9 +47,15 @@ class Prepared(NamedTuple):
     failure_mode: FailureMode
     cost: int  #: the route's cost (a limit may override it)
     slots: tuple[str, ...] = ()  #: keys of the policy's concurrency limits
+    #: the scheduled version's buckets to run beside (:mod:`.rehearsal`), if any
+    rehearsal: Rehearsal | None = None
 
 
-_Entry = tuple[PolicyPlan, str | None, FailureMode, int]  # plan, route slug, mode, cost
+# plan, route slug, mode, cost, the rehearsal (at the scheduled route cost), the
+# rehearsed policy
+_Entry = tuple[
+    PolicyPlan, str | None, FailureMode, int, RehearsalPlan | None, Policy | None
+]
 
 
 class Engine:
@@ -60,8 +67,10 @@ class Engine:
         *,
         unmatched: FailureMode = FailureMode.LOCAL,
         resolver: Resolver | None = None,
+        rehearse: Snapshot | None = None,
     ) -> None:
-        """``resolver``: one already built for ``snapshot.rules``, to share its index."""
+        """``resolver``: one already built for ``snapshot.rules``, to share its index;
+        ``rehearse``: the scheduled snapshot to rehearse beside it (:mod:`.rehearsal`)."""
         self.snapshot = snapshot
         self.version = snapshot.version
         self.resolver = resolver or Resolver(snapshot.rules)
@@ -69,6 +78,11 @@ class Engine:
         self._plans: dict[tuple[int, int, int], PolicyPlan] = {}
         self._cache: dict[tuple[str | None, str | None], _Entry] = {}
         self._valid_until = float("-inf")
+        #: the engine of the rehearsed snapshot, if any
+        self.rehearsed = (
+            Engine(rehearse, unmatched=unmatched) if rehearse is not None else None
+        )
+        self._rehearsals: dict[tuple[int, int], RehearsalPlan | None] = {}
 
     def plan(self, policy: Policy, cost: int, share: int = 1) -> PolicyPlan:
         """Return the compiled ``policy`` for ``cost`` (cached for the snapshot's life)."""
@@ -100,28 +114,47 @@ class Engine:
         if route is None and method is not None and path is not None:
             matched = self.resolver.match_route(method, path)
             route = matched.slug if matched else None
-        plan, slug, mode, route_cost = self._resolved(tenant, route, now)
+        plan, slug, mode, route_cost, rehearsal, scheduled = self._resolved(
+            tenant, route, now
+        )
         if cost is None or cost == route_cost:
             cost = route_cost
         else:
             plan = self.plan(plan.policy, cost)
+            rehearsal = self._rehearsal_of(plan, scheduled, cost)
         owner = owner_tag(tenant, ip, plan.counts_tenant)
         keys = [
             p.template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
             for p in plan.limits
         ]
-        if (
-            plan.sharded
-        ):  # a random shard per request: no pattern of requests maps to one
-            for index, shards in plan.sharded:
-                keys[index] += f":s{int(_random() * shards)}"
+        if plan.sharded:
+            _shard(keys, plan.sharded)
+        rehearsing = None
+        if rehearsal is not None:  # the request's hash tag: the same slot
+            rehearsing = Rehearsal(
+                rehearsal, _rehearsal_keys(rehearsal, owner, tenant, user, api_key, ip)
+            )
         if not plan.slots:
-            return Prepared(plan, keys, slug, mode, cost)
+            return Prepared(plan, keys, slug, mode, cost, (), rehearsing)
         slots = tuple(
             s.template % (owner, subject_value(s.dimension, tenant, user, api_key, ip))
             for s in plan.slots
         )
-        return Prepared(plan, keys, slug, mode, cost, slots)
+        return Prepared(plan, keys, slug, mode, cost, slots, rehearsing)
+
+    def _rehearsal_of(
+        self, plan: PolicyPlan, scheduled: Policy | None, cost: int
+    ) -> RehearsalPlan | None:
+        """The rehearsal of ``scheduled`` at ``cost`` beside ``plan`` (cached per pair)."""
+        if scheduled is None or self.rehearsed is None:
+            return None
+        other = self.rehearsed.plan(scheduled, cost)
+        pair = (id(plan), id(other))  # both plans live as long as the engines
+        if pair not in self._rehearsals:
+            self._rehearsals[pair] = rehearsal_plan(
+                plan, other, version=self.rehearsed.version
+            )
+        return self._rehearsals[pair]
 
     def _resolved(self, tenant: str | None, route: str | None, now: float) -> _Entry:
         """The shared resolver's answer for (tenant, route), cached until an override expires.
@@ -136,11 +169,21 @@ class Engine:
         if entry is None:
             resolution = self.resolver.resolve(tenant=tenant, route=route, now=now)
             found = resolution.route
+            plan = self.plan(resolution.policy, resolution.cost)
+            scheduled, rehearsal = None, None
+            if self.rehearsed is not None:  # at its own route cost, which may differ
+                later = self.rehearsed.resolver.resolve(
+                    tenant=tenant, route=route, now=now
+                )
+                scheduled = later.policy
+                rehearsal = self._rehearsal_of(plan, scheduled, later.cost)
             entry = (
-                self.plan(resolution.policy, resolution.cost),
+                plan,
                 found.slug if found else None,
                 found.failure_mode if found else self.unmatched,
                 resolution.cost,
+                rehearsal,
+                scheduled,
             )
             if (
                 len(self._cache) >= _CACHE_SIZE
@@ -155,6 +198,8 @@ class Engine:
             for policy in self.snapshot.rules.policies
             if policy.expires_at is not None and policy.expires_at.timestamp() > now
         ]
+        if self.rehearsed is not None:  # its overrides expire too
+            moments.append(self.rehearsed._next_expiry(now))
         return min(moments, default=float("inf"))
 
     def decision(
@@ -164,12 +209,16 @@ class Engine:
         *,
         plan: PolicyPlan | None = None,
         at: float = 0.0,
+        rehearsed: Rehearsed | None = None,
     ) -> Decision:
         """Turn the script's reply (or a local bucket's, with its ``plan``) into a
-        Decision made at ``at`` (epoch seconds, store clock)."""
+        Decision made at ``at`` (epoch seconds, store clock); ``rehearsed``: what
+        the rehearsal said (:func:`.rehearsal.rehearsed`), kept in the decision."""
         plan = plan or prepared.plan
         statuses = bucket_statuses(plan, prepared.keys, reply)
-        return self.conclude(prepared, plan, statuses, reply[0] == 1, at=at)
+        return self.conclude(
+            prepared, plan, statuses, reply[0] == 1, at=at, rehearsed=rehearsed
+        )
 
     def conclude(
         self,
@@ -179,6 +228,7 @@ class Engine:
         admitted: bool,
         *,
         at: float = 0.0,
+        rehearsed: Rehearsed | None = None,
     ) -> Decision:
         """The Decision for ``statuses`` (buckets, then concurrency slots if any)."""
         deciding = _deciding(statuses, admitted)
@@ -186,7 +236,7 @@ class Engine:
         if deciding is None:  # validation forbids a policy of shadow limits only
             return _undecided(
                 self, prepared, plan, statuses, admitted, shadow
-            )._replace(at=at)
+            )._replace(at=at, rehearsed=rehearsed)
         return Decision(
             admitted,
             200 if admitted else 429,
@@ -202,7 +252,31 @@ class Engine:
             statuses,
             shadow,
             at=at,
+            rehearsed=rehearsed,
         )
+
+
+def _shard(keys: list[str], sharded: tuple[tuple[int, int], ...]) -> None:
+    """Suffix a random shard to each sharded key: no pattern of requests maps to one."""
+    for index, shards in sharded:
+        keys[index] += f":s{int(_random() * shards)}"
+
+
+def _rehearsal_keys(
+    plan: RehearsalPlan,
+    owner: str,
+    tenant: str | None,
+    user: str | None,
+    api_key: str | None,
+    ip: str | None,
+) -> list[str]:
+    keys = [
+        template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
+        for template, p in zip(plan.templates, plan.limits, strict=True)
+    ]
+    if plan.sharded:
+        _shard(keys, plan.sharded)
+    return keys
 
 
 def bucket_statuses(

@@ -19,6 +19,7 @@ from .concurrency import slot_statuses
 from .decision import Decision, Held, LimitStatus
 from .engine import Engine, Prepared, bucket_statuses
 from .hotkeys import PAID, REFILL, Leases, RejectCache
+from .rehearsal import rehearsed
 
 __all__ = ["HotCall", "cached_rejection", "hot_abort", "hot_begin", "hot_finish"]
 
@@ -60,13 +61,22 @@ def hot_begin(
         for debt in debts:
             reply += [1, debt]
         return engine.decision(prepared, reply, at=at)
-    args = [request_id.encode(), b"%d" % len(plan.limits)]
-    for index, (limit_plan, role) in enumerate(zip(plan.limits, roles, strict=True)):
-        want = 1 if role is None else {PAID: 0, REFILL: limit_plan.lease}.get(role, 1)
-        args += [*plan.args[3 * index : 3 * index + 3], b"%d" % want]
+    rehearsal = prepared.rehearsal  # never with leases: roles are all None then
+    buckets = plan.args if rehearsal is None else rehearsal.plan.args
+    count = len(buckets) // 3
+    args = [request_id.encode(), b"%d" % count]
+    for index in range(count):
+        role = roles[index] if index < len(roles) else None
+        want = (
+            1
+            if role is None
+            else {PAID: 0, REFILL: plan.limits[index].lease}.get(role, 1)
+        )
+        args += [*buckets[3 * index : 3 * index + 3], b"%d" % want]
     for slot in plan.slots:
         args += slot.args
-    return HotCall([*keys, *prepared.slots], args, roles, request_id)
+    beside = [] if rehearsal is None else rehearsal.keys
+    return HotCall([*keys, *beside, *prepared.slots], args, roles, request_id)
 
 
 def hot_finish(
@@ -82,13 +92,21 @@ def hot_finish(
     """The Decision for ``reply`` to ``call``; settles leases and remembers rejections."""
     plan, admitted = prepared.plan, reply[0] == 1
     _settle(prepared, call, reply, leases, admitted=admitted, now=now)
-    offset = 1 + 3 * len(plan.limits)
+    offset = 1 + 3 * (len(call.keys) - len(prepared.slots))  # rehearsed buckets too
     rejections.remember(plan, prepared.keys, reply, now, step=3)
     if not admitted:
         rejections.remember_slots(prepared.slots, reply, offset)
     statuses = bucket_statuses(plan, prepared.keys, reply, step=3)
     statuses += slot_statuses(plan, prepared.slots, reply, offset)
-    decision = engine.conclude(prepared, plan, statuses, admitted, at=reply[-1] / 1e6)
+    rehearsal = prepared.rehearsal
+    decision = engine.conclude(
+        prepared,
+        plan,
+        statuses,
+        admitted,
+        at=reply[-1] / 1e6,
+        rehearsed=None if rehearsal is None else rehearsed(rehearsal.plan, reply, 3),
+    )
     if not admitted or not prepared.slots:
         return decision
     taken = tuple(

@@ -38,6 +38,14 @@ A shard key is an ordinary bucket key with ``:s<index>`` appended; an
 ``inflight`` key holds one member per request in flight, scored by the Redis
 time (ms) at which it expires if never released.
 
+While a version is scheduled, its rehearsal (:mod:`.rehearsal`) adds one more
+form, still under the request's owner::
+
+    rl:{tenant:acme}:route:search:tenant:acme:1s:r7      version 7's rehearsal of a bucket
+
+the key version 7's policy would use, with ``:r<version>`` appended (a shard's
+``:s<index>`` after it); it expires like any bucket.
+
 Moving a tenant to another tier, or granting an override, changes the numbers
 but not the key, so the tenant keeps its bucket and its history. Values are
 written verbatim when short and plain (``[A-Za-z0-9._@:-]``, at most 64

@@ -31,6 +31,7 @@ from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
 from .hot import HotCall, cached_rejection, hot_abort, hot_begin, hot_finish
 from .hotkeys import Leases, RejectCache
 from .metrics import DecisionEvents
+from .rehearsal import rehearsed
 from .rules import FailureMode
 from .scripts import CHARGE, HOT, RELEASE, Script, charge_args
 from .snapshot import Snapshot
@@ -136,9 +137,21 @@ class LimiterCore:
         snapshot = self.source.current()
         engine = self._engine
         if engine is None or engine.snapshot is not snapshot:
-            engine = self._engine = Engine(snapshot, unmatched=self.unmatched)
+            engine = self._engine = Engine(
+                snapshot, unmatched=self.unmatched, rehearse=self._upcoming()
+            )
             self.rejections.clear()  # remembered debts were judged by the old numbers
         return engine
+
+    def _upcoming(self) -> Snapshot | None:
+        """The snapshot to rehearse (:mod:`.rehearsal`): the provider's next scheduled one.
+
+        Asked only when the snapshot in force changes: a new bundle brings new
+        snapshot objects, and the next scheduled one changes only when one
+        takes effect, which changes the snapshot in force too.
+        """
+        upcoming = getattr(self.source, "upcoming", None)
+        return upcoming() if upcoming is not None else None
 
     def now(self) -> int:
         """Monotonic microseconds: the time base of the reject cache and the leases."""
@@ -167,6 +180,20 @@ class LimiterCore:
         """Note what a token-bucket reply said of the buckets (the reject cache:
         what rejected, and every bucket's debt for the failure modes)."""
         self.rejections.remember(prepared.plan, prepared.keys, reply, self.now())
+
+    def answered(
+        self, engine: Engine, prepared: Prepared, reply: list[int]
+    ) -> Decision:
+        """The decision of a token-bucket ``reply`` to ``prepared`` (remembered for the
+        reject cache), with what its rehearsal said, if it had one."""
+        self.remember(prepared, reply)
+        rehearsal = prepared.rehearsal
+        return engine.decision(
+            prepared,
+            reply,
+            at=self.observe(reply[-1]),
+            rehearsed=None if rehearsal is None else rehearsed(rehearsal.plan, reply),
+        )
 
     def hot_begin(self, engine: Engine, prepared: Prepared) -> Decision | HotCall:
         """See :func:`.hot.hot_begin`."""
@@ -364,13 +391,16 @@ class Limiter(LimiterCore):
             return self.fail(engine, prepared, "circuit open", breaker)
         if prepared.plan.hot:
             return self._decide_hot(engine, prepared, breaker)
+        rehearsal = prepared.rehearsal
         try:
-            reply = self.bucket(prepared.keys, prepared.plan.args)
+            if rehearsal is None:
+                reply = self.bucket(prepared.keys, prepared.plan.args)
+            else:  # the same call: one round trip, one slot
+                reply = self.bucket(prepared.keys + rehearsal.keys, rehearsal.plan.args)
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
         self.store_answered(breaker)
-        self.remember(prepared, reply)
-        return engine.decision(prepared, reply, at=self.observe(reply[-1]))
+        return self.answered(engine, prepared, reply)
 
     def _decide_hot(
         self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker

@@ -31,11 +31,19 @@ few XADDs per second per gateway, not one per decision::
     dropped  events this gateway dropped since its previous entry
     events   JSON array of [epoch ms, tenant, route, policy, version, outcome, limit, count]
 
+    rehearsals  (only while a version is rehearsed) JSON array of
+                [epoch ms, tenant, route, rehearsed version, requests, would reject]
+
 A record stands for ``count`` decisions of that second (``epoch ms`` is the
 second's start) with the same tenant, route, policy, snapshot version, outcome
 and deciding limit. ``tenant`` and ``route`` are "" when unknown; ``policy`` is
 ``scope/route`` (``~`` marks an override); ``limit`` names the deciding limit of
 a rejection (``user-min``, ``tenant-concurrent``), "" otherwise.
+
+A rehearsal record counts the decisions of that second, tenant and route that
+rehearsed a scheduled version (:mod:`.rehearsal`), and how many of them that
+version would have rejected. They are in a field of their own, so a consumer
+that knows only ``events`` reads the same records as before.
 """
 
 from __future__ import annotations
@@ -50,10 +58,11 @@ from typing import Any
 
 from .bucket import STORE_ERRORS, Client
 from .decision import Decision, Outcome
+from .rehearsal import Rehearsed
 from .rules import Policy
 from .validation import policy_ref
 
-__all__ = ["STREAM_KEY", "DecisionEvents", "count_events"]
+__all__ = ["STREAM_KEY", "DecisionEvents", "count_events", "count_rehearsals"]
 
 STREAM_KEY = "sluice:decisions"  #: the stream the control plane aggregates
 ENTRY_FORMAT = "1"
@@ -62,18 +71,32 @@ logger = logging.getLogger("sluice.metrics")
 _LIMITED = Outcome.LIMITED
 
 #: What the buffer holds per decision: (epoch s, tenant, route, policy ref, version,
-#: outcome, limit). Plain strings and numbers only, so that the Decision itself is
-#: freed at once and the garbage collector never has to look at buffered events.
-_Event = tuple[float, str, str, str, int, str, str]
+#: outcome, limit, what a rehearsal said or None). Plain values only, so that the
+#: Decision itself is freed at once and the garbage collector never has to look at
+#: buffered events.
+_Event = tuple[float, str, str, str, int, str, str, Rehearsed | None]
 
 
 def count_events(events: list[_Event]) -> list[list[Any]]:
     """Records of ``events``: identical decisions of one second counted together."""
     counts: dict[tuple[Any, ...], int] = {}
-    for at, tenant, route, policy, version, outcome, limit in events:
+    for at, tenant, route, policy, version, outcome, limit, _ in events:
         key = (int(at), tenant, route, policy, version, outcome, limit)
         counts[key] = counts.get(key, 0) + 1
     return [[key[0] * 1000, *key[1:], n] for key, n in counts.items()]
+
+
+def count_rehearsals(events: list[_Event]) -> list[list[Any]]:
+    """Rehearsal records of ``events``: per second, tenant, route and rehearsed
+    version, the decisions that rehearsed it and those it would have rejected."""
+    counts: dict[tuple[int, str, str, int], list[int]] = {}
+    for at, tenant, route, _, _, _, _, rehearsed in events:
+        if rehearsed is not None:
+            key = (int(at), tenant, route, rehearsed.version)
+            tally = counts.setdefault(key, [0, 0])
+            tally[0] += 1
+            tally[1] += rehearsed.rejected
+    return [[key[0] * 1000, *key[1:], *n] for key, n in counts.items()]
 
 
 class DecisionEvents:
@@ -102,6 +125,7 @@ class DecisionEvents:
         self._wall = wall
         self._buffer: collections.deque[_Event] = collections.deque()
         self._retry: list[list[Any]] = []  #: records a failed flush kept, oldest first
+        self._retry_rehearsals: list[list[Any]] = []  #: rehearsal records kept too
         self._retry_events = 0  #: events those records stand for
         self._refs: dict[int, tuple[Policy, str]] = {}
         self.dropped = 0  #: events dropped so far (buffer full, or a failed flush)
@@ -129,6 +153,7 @@ class DecisionEvents:
                 decision.snapshot_version,
                 outcome.value,
                 deciding.name if outcome is _LIMITED and deciding is not None else "",
+                decision.rehearsed,
             )
         )
 
@@ -153,9 +178,10 @@ class DecisionEvents:
             if not events and not self._retry and self.dropped == self._reported:
                 return 0
             records = self._retry + count_events(events)
+            rehearsals = self._retry_rehearsals + count_rehearsals(events)
             count = self._retry_events + len(events)
             try:
-                self._write(records)
+                self._write(records, rehearsals)
             except STORE_ERRORS as exc:
                 if not self._retry:  # one line per outage, not one per second
                     logger.warning(
@@ -164,10 +190,11 @@ class DecisionEvents:
                         exc,
                     )
                 self._retry, self._retry_events = records, count
+                self._retry_rehearsals = rehearsals
                 return 0
             if self._retry:
                 logger.info("decision_events.flushed: %d held events written", count)
-            self._retry, self._retry_events = [], 0
+            self._retry, self._retry_events, self._retry_rehearsals = [], 0, []
             self.written += count
             return count
 
@@ -177,19 +204,19 @@ class DecisionEvents:
             events.append(buffer.popleft())
         return events
 
-    def _write(self, records: list[list[Any]]) -> None:
+    def _write(self, records: list[list[Any]], rehearsals: list[list[Any]]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        chunks = [
-            records[i : i + self.batch] for i in range(0, len(records), self.batch)
-        ]
+        chunks, extra = _chunks(records, self.batch), _chunks(rehearsals, self.batch)
         dropped = self.dropped
-        for index, encoded in enumerate(chunks or [[]]):
+        for index in range(max(len(chunks), len(extra), 1)):
             fields: dict[Any, Any] = {
                 "v": ENTRY_FORMAT,
                 "gw": self.gateway_id,
                 "dropped": dropped - self._reported if index == 0 else 0,
-                "events": json.dumps(encoded, separators=(",", ":")),
+                "events": _json(chunks[index] if index < len(chunks) else []),
             }
+            if index < len(extra):
+                fields["rehearsals"] = _json(extra[index])
             pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
         pipe.execute()
         self._reported = dropped
@@ -220,3 +247,11 @@ class DecisionEvents:
                 self.flush()
             except Exception:  # the flusher must outlive any bug; requests never see it
                 logger.exception("decision_events.flush_crashed")
+
+
+def _chunks(records: list[list[Any]], size: int) -> list[list[list[Any]]]:
+    return [records[i : i + size] for i in range(0, len(records), size)]
+
+
+def _json(records: list[list[Any]]) -> str:
+    return json.dumps(records, separators=(",", ":"))

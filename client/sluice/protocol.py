@@ -11,6 +11,7 @@ __all__ = [
     "APPLIED_VERSION",
     "GATEWAY_ID",
     "MAX_REJECTED_REASON",
+    "REHEARSED_VERSION",
     "REJECTED_REASON",
     "REJECTED_VERSION",
     "SNAPSHOT_PATH",
@@ -22,6 +23,9 @@ SNAPSHOT_PATH = "/api/v1/snapshot"
 GATEWAY_ID = "Sluice-Gateway-Id"
 #: The version the gateway enforces now (absent before its first snapshot).
 APPLIED_VERSION = "Sluice-Applied-Version"
+#: The scheduled version the gateway rehearses beside the one it enforces
+#: (absent when none is scheduled): ``docs/rehearsal.md``.
+REHEARSED_VERSION = "Sluice-Rehearsed-Version"
 #: A version the gateway refused to switch to, and why (one line).
 REJECTED_VERSION = "Sluice-Rejected-Version"
 REJECTED_REASON = "Sluice-Rejected-Reason"

@@ -122,6 +122,10 @@ class SnapshotSource:
                 self._state = fresh
         return fresh[0]
 
+    def upcoming(self) -> Snapshot | None:
+        """The next scheduled snapshot, which limiters rehearse (:mod:`.rehearsal`)."""
+        return self.bundle.upcoming(self._wall())
+
     def _install(self, bundle: Bundle) -> None:
         now = self._wall()
         state = (bundle.in_force(now), bundle.next_switch(now), bundle)
@@ -208,6 +212,9 @@ class SnapshotSource:
         version = self.bundle.active.version
         if version > 0:  # 0 is the built-in fallback: nothing applied yet
             headers[protocol.APPLIED_VERSION] = str(version)
+        upcoming = self.upcoming()
+        if upcoming is not None:
+            headers[protocol.REHEARSED_VERSION] = str(upcoming.version)
         if self._rejected is not None:
             rejected_version, reason = self._rejected
             headers[protocol.REJECTED_VERSION] = str(rejected_version)

@@ -10,10 +10,12 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from limits.models import Snapshot
+from limits.models import Snapshot, SnapshotStatus
 from limits.templatetags.sluice_words import shorten
+from limits.traffic.rehearsal import rehearsal_recent
 from limits.versions.selectors import snapshot_get_active, snapshot_list
 
 from . import publishing
@@ -83,6 +85,11 @@ class SnapshotAdmin(ReadOnlyAdmin):
                 view(self.content_view),
                 name="limits_snapshot_content",
             ),
+            path(
+                "<int:version>/rehearsal/",
+                view(self.rehearsal_view),
+                name="limits_snapshot_rehearsal",
+            ),
             *super().get_urls(),
         ]
 
@@ -96,6 +103,13 @@ class SnapshotAdmin(ReadOnlyAdmin):
             "can_publish": request.user.has_perm("limits.publish_snapshot"),
             "active_version": active.version if active else None,
         }
+        row = (
+            Snapshot.objects.filter(pk=object_id).first()
+            if str(object_id).isdigit()
+            else None  # the admin answers a malformed id itself
+        )
+        if row is not None:
+            extra["rehearsal"] = _rehearsal_context(row, active)
         return super().change_view(
             request, object_id, form_url, {**extra, **(extra_context or {})}
         )
@@ -108,6 +122,16 @@ class SnapshotAdmin(ReadOnlyAdmin):
         response = HttpResponse(bytes(row.content), content_type="application/json")
         response["ETag"] = row.etag
         return response
+
+    def rehearsal_view(self, request, version):
+        """The version's rehearsal table alone: what its page reloads as traffic flows."""
+        if not self.has_view_permission(request):
+            raise publishing.PermissionDenied
+        row = get_object_or_404(Snapshot, version=version)
+        context = _rehearsal_context(row, snapshot_get_active(light=True))
+        return HttpResponse(
+            render_to_string("admin/limits/snapshot/_rehearsal.html", context)
+        )
 
     @admin.display(description="status")
     def status_text(self, row):
@@ -183,3 +207,15 @@ class SnapshotAdmin(ReadOnlyAdmin):
     @admin.display(description="changes from the version it replaces")
     def diff_words(self, row):
         return render_to_string("admin/limits/snapshot/_diff.html", {"diff": row.diff})
+
+
+def _rehearsal_context(row: Snapshot, active: Snapshot | None) -> dict:
+    """What the version page shows of the gateways' rehearsal of ``row``."""
+    scheduled = (
+        row.status(active.version if active else None) is SnapshotStatus.SCHEDULED
+    )
+    return {
+        "version": row.version,
+        "live": scheduled,  # rehearsed now: the page refreshes the table
+        "rows": rehearsal_recent(version=row.version, now=timezone.now()),
+    }

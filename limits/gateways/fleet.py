@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from django.conf import settings
@@ -49,6 +49,8 @@ class FleetStatus:
     active_version: int | None
     gateways: list[GatewayStatus]
     versions: dict[int | None, int]  #: version -> how many gateways run it
+    #: scheduled version -> the gateways rehearsing it (not silent ones), by id
+    rehearsals: dict[int, list[str]] = field(default_factory=dict)
 
 
 def fleet_reports() -> list[GatewayReport]:
@@ -77,8 +79,20 @@ def fleet_status(
     ]
     versions = Counter(status.report.applied for status in statuses)
     return FleetStatus(
-        active_version, statuses, dict(sorted(versions.items(), key=_version_order))
+        active_version,
+        statuses,
+        dict(sorted(versions.items(), key=_version_order)),
+        _rehearsals(statuses),
     )
+
+
+def _rehearsals(statuses: list[GatewayStatus]) -> dict[int, list[str]]:
+    rehearsals: dict[int, list[str]] = {}
+    for status in statuses:  # sorted by gateway id already
+        version = status.report.rehearsed
+        if version is not None and status.state is not GatewayState.SILENT:
+            rehearsals.setdefault(version, []).append(status.report.gateway)
+    return dict(sorted(rehearsals.items()))
 
 
 def _version_order(item: tuple[int | None, int]) -> tuple[int, int]:

@@ -22,6 +22,9 @@ class GatewayReport:
     seen: float  #: epoch seconds of the poll
     token: str  #: prefix of the token it used
     address: str  #: the address it polled from
+    #: the scheduled version it rehearses beside the one it enforces (``docs/rehearsal.md``);
+    #: None when it rehearses none (or predates rehearsals: older reports lack it)
+    rehearsed: int | None = None
 
     def with_token(self, token: str) -> GatewayReport:
         return GatewayReport(
@@ -32,6 +35,7 @@ class GatewayReport:
             self.seen,
             token,
             self.address,
+            self.rehearsed,
         )
 
 

@@ -10,6 +10,8 @@ from .deliveries import *  # noqa: F403
 from .deliveries import __all__ as _deliveries
 from .limits import *  # noqa: F403
 from .limits import __all__ as _limits
+from .rehearsals import *  # noqa: F403
+from .rehearsals import __all__ as _rehearsals
 from .rules import *  # noqa: F403
 from .rules import __all__ as _rules
 from .snapshots import *  # noqa: F403
@@ -25,6 +27,7 @@ __all__ = [
     *_audit,
     *_snapshots,
     *_stats,
+    *_rehearsals,
     *_tokens,
     *_announcements,
     *_deliveries,

@@ -23,6 +23,7 @@ from limits.core.roles import user_role
 from limits.gateways.fleet import GatewayState, fleet_status
 from limits.models import Snapshot
 from limits.traffic.dashboards import most_limited_tenants
+from limits.traffic.rehearsal import rehearsal_totals
 from limits.versions.selectors import snapshot_get_active, snapshot_scheduled
 
 __all__ = ["home_context"]
@@ -50,11 +51,7 @@ def home_context(request) -> dict:
     return {
         "home": {
             "active": active,
-            "scheduled": list(
-                snapshot_scheduled()
-                .defer("content", "content_gzip", "diff")
-                .select_related("announcement")[:5]
-            ),
+            "scheduled": _scheduled(now),
             "waiting": change_requests_waiting_for(actor)[:8],
             "live": change_requests_live().count(),
             "fleet": _fleet(active),
@@ -64,6 +61,20 @@ def home_context(request) -> dict:
             "now": now,
         }
     }
+
+
+def _scheduled(now) -> list[tuple[Snapshot, dict | None]]:
+    """The next scheduled versions, each with what the gateways' rehearsal of it
+    saw in the last day (None before any rehearsal: ``docs/rehearsal.md``)."""
+    rows = list(
+        snapshot_scheduled()
+        .defer("content", "content_gzip", "diff")
+        .select_related("announcement")[:5]
+    )
+    totals = rehearsal_totals(
+        versions=[row.version for row in rows], since=now - timedelta(days=1)
+    )
+    return [(row, totals.get(row.version)) for row in rows]
 
 
 def _fleet(active: Snapshot | None) -> dict | None:

@@ -16,6 +16,7 @@ from django.db import connection
 
 from limits.choices import Outcome
 from limits.models import DecisionMinute, Rejection, StatCounter
+from limits.traffic.rehearsal import RehearsalTally
 
 __all__ = ["Tally", "entry_ms"]
 
@@ -45,6 +46,7 @@ class Tally:
         self.minutes: Counter[tuple[int, str, str, str]] = Counter()
         self.totals: Counter[str] = Counter()
         self.rejections: defaultdict[str, list[Rejection]] = defaultdict(list)
+        self.rehearsals = RehearsalTally()
         self.events = self.lost = 0
 
     def add_entry(self, fields: dict) -> None:
@@ -57,6 +59,7 @@ class Tally:
         if dropped.isdigit() and int(dropped):
             self.totals["events_dropped"] += int(dropped)
         gateway = _field(fields, "gw")[:_TEXT]
+        self.rehearsals.add_field(_field(fields, "rehearsals"))
         try:
             events = json.loads(_field(fields, "events"))
         except ValueError:
@@ -102,8 +105,11 @@ class Tally:
     def save(self) -> None:
         """Write the tally (inside the caller's transaction)."""
         self._upsert_minutes()
+        if self.rehearsals.malformed:
+            self.totals["rehearsals_malformed"] += self.rehearsals.malformed
         self._add_totals()
         self._keep_rejections()
+        self.rehearsals.save()
 
     def _upsert_minutes(self) -> None:
         if not self.minutes:

@@ -151,6 +151,7 @@ def test_snapshot__revoked_token__401(
         ({"HTTP_SLUICE_GATEWAY_ID": ""}, "Sluice-Gateway-Id"),
         ({"HTTP_SLUICE_APPLIED_VERSION": "v3"}, "Sluice-Applied-Version"),
         ({"HTTP_SLUICE_REJECTED_VERSION": "-1"}, "Sluice-Rejected-Version"),
+        ({"HTTP_SLUICE_REHEARSED_VERSION": "next"}, "Sluice-Rehearsed-Version"),
     ],
 )
 def test_snapshot__malformed_header__400_naming_it(
@@ -230,6 +231,35 @@ def test_fleet__after_polls__each_gateway_with_its_version_and_state(
     assert "gw-eu-1" in page
     assert "hash mismatch" in page
     assert all(g["token"] == gateway_secret[:12] for g in fleet["gateways"])
+
+
+def test_fleet__gateway_rehearses_a_scheduled_version__shown_per_version(
+    client, published, gateway_secret, viewer_user
+):
+    # Given two gateways that say they rehearse version 2, and one that rehearses none
+    for gateway in ("gw-eu-1", "gw-us-2"):
+        _poll(
+            client,
+            gateway_secret,
+            HTTP_SLUICE_GATEWAY_ID=gateway,
+            HTTP_SLUICE_APPLIED_VERSION="1",
+            HTTP_SLUICE_REHEARSED_VERSION="2",
+        )
+    _poll(
+        client,
+        gateway_secret,
+        HTTP_SLUICE_GATEWAY_ID="gw-old",
+        HTTP_SLUICE_APPLIED_VERSION="1",
+    )
+    client.force_login(viewer_user)
+    # When a person reads the fleet from the API and the admin
+    fleet = client.get("/api/v1/fleet").json()
+    page = client.get(reverse("admin:limits_fleet")).content.decode()
+    # Then both say which gateways rehearse version 2
+    rehearsed = {g["gateway"]: g["rehearsed"] for g in fleet["gateways"]}
+    assert rehearsed == {"gw-eu-1": 2, "gw-us-2": 2, "gw-old": None}
+    assert fleet["rehearsals"] == [{"version": 2, "gateways": ["gw-eu-1", "gw-us-2"]}]
+    assert "<td>2</td><td>2: gw-eu-1, gw-us-2</td>" in page
 
 
 def test_snapshot__polls__counted_by_result_on_the_metrics_endpoint(

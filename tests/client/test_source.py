@@ -169,16 +169,23 @@ def test_start__corrupt_file__ignored_with_one_log_line_and_strict_fallback(
     assert [p.limits[0].dimension.value for p in snapshot_.rules.policies] == ["ip"]
 
 
-def test_current__scheduled_snapshot__takes_over_at_its_time_while_unreachable(
-    control_plane, make_source
-):
-    # Given a bundle whose version 2 takes effect in an hour
+def in_an_hour(control_plane, make_source):
+    """A source that applied a bundle whose version 2 takes effect in an hour
+    (a minute before it, by its clock); returns the source, its clock and that hour."""
     later = PUBLISHED + timedelta(hours=1)
     scheduled = snapshot(V2.rules, version=2, effective_at=later)
     control_plane.serve(Bundle(V1, (scheduled,)))
     clock = [later.timestamp() - 60]
     source = make_source(wall=lambda: clock[0])
     source.poll_once()
+    return source, clock, later
+
+
+def test_current__scheduled_snapshot__takes_over_at_its_time_while_unreachable(
+    control_plane, make_source
+):
+    # Given a bundle whose version 2 takes effect in an hour
+    source, clock, later = in_an_hour(control_plane, make_source)
     before = source.current().version
     # When the control plane is down and the hour has passed
     control_plane.stop()
@@ -257,3 +264,20 @@ def test_cache__disk_full_then_freed__written_by_the_next_304_poll(
     restarted = make_source(cache_path=cache, url="http://127.0.0.1:9/api/v1/snapshot")
     assert restarted.current().version == 2
     assert restarted.etag == control_plane.etag
+
+
+def test_poll__version_scheduled__reports_that_it_rehearses_it(
+    control_plane, make_source
+):
+    # Given a bundle whose version 2 takes effect in an hour
+    source, clock, later = in_an_hour(control_plane, make_source)
+    # When it polls again before, then after, version 2 takes effect
+    source.poll_once()
+    before = control_plane.requests[-1]
+    clock[0] = later.timestamp()
+    source.poll_once()
+    after = control_plane.requests[-1]
+    # Then it reported rehearsing version 2 until version 2 was in force
+    assert before["Sluice-Rehearsed-Version"] == "2"
+    assert "Sluice-Rehearsed-Version" not in after
+    assert source.upcoming() is None

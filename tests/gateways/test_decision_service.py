@@ -17,8 +17,16 @@ import pytest
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
-from sluice import Bundle
-from tests.client.factories import ROUTES, concurrent, limit, policy, rules, snapshot
+from sluice import STREAM_KEY, Bundle
+from tests.client.factories import (
+    PUBLISHED,
+    ROUTES,
+    concurrent,
+    limit,
+    policy,
+    rules,
+    snapshot,
+)
 from tests.client.protocol_server import ProtocolServer
 from tests.gateways import servers
 
@@ -45,19 +53,33 @@ RULES = snapshot(
 
 
 @pytest.fixture
-def service(redis_server, redis_client, tmp_path):
-    rules_server = ProtocolServer().start()
-    rules_server.serve(Bundle(RULES))
-    started = servers.DecisionService(
-        rules_server.url.removesuffix("/api/v1/snapshot"),
-        rules_server.token,
-        redis_server.url,
-        tmp_path,
-    ).start()
-    started.wait_version(1)
-    yield started
-    started.stop()
-    rules_server.stop()
+def serve(redis_server, redis_client, tmp_path):
+    """Start ``sluice-decide`` polling a control plane that serves a given bundle;
+    return the service and that control plane (both stopped after the test)."""
+    started = []
+
+    def start(bundle: Bundle):
+        rules_server = ProtocolServer().start()
+        rules_server.serve(bundle)
+        service = servers.DecisionService(
+            rules_server.url.removesuffix("/api/v1/snapshot"),
+            rules_server.token,
+            redis_server.url,
+            tmp_path,
+        )
+        started.append((service, rules_server))
+        service.start().wait_version(bundle.active.version)
+        return service, rules_server
+
+    yield start
+    for service, rules_server in started:
+        service.stop()
+        rules_server.stop()
+
+
+@pytest.fixture
+def service(serve):
+    return serve(Bundle(RULES))[0]
 
 
 @pytest.fixture
@@ -282,3 +304,40 @@ def test_http__healthz__the_version_in_force(service):
         f"http://127.0.0.1:{service.http_port}/healthz", timeout=5
     ) as response:
         assert json.loads(response.read()) == {"status": "ok", "version": 1}
+
+
+def test_http__version_scheduled__rehearsed_into_the_stream_and_fleet_report(
+    serve, redis_client
+):
+    # Given sluice-decide polling a bundle where version 2, scheduled, lowers
+    # search from burst 3 to burst 1 per tenant
+    lowered = snapshot(
+        rules(policy("default", "search", limit("tenant", 1, 60, 1)), routes=ROUTES),
+        version=2,
+        effective_at=PUBLISHED.replace(year=2100),
+    )
+    service, rules_server = serve(Bundle(RULES, (lowered,)))
+    # When acme searches three times through forward-auth
+    ask = {"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/search"}
+    answers = [decide(service, **ask, **{"X-Tenant": "acme"}) for _ in range(3)]
+    # Then version 1 admitted all three, with its own headers, and the stream
+    # says version 2 would have rejected two of them
+    assert [status for status, _, _ in answers] == [200, 200, 200]
+    assert answers[-1][1]["x-ratelimit-limit"] == "3"
+    rehearsals = wait_for_rehearsals(redis_client)
+    assert [r[1:] for r in rehearsals] == [["acme", "search", 2, 3, 2]]
+    # and its polls say it rehearses version 2
+    assert rules_server.requests[-1]["Sluice-Rehearsed-Version"] == "2"
+
+
+def wait_for_rehearsals(redis_client) -> list[list]:
+    deadline = time.monotonic() + 10
+    while True:
+        found = [
+            record
+            for _, fields in redis_client.xrange(STREAM_KEY)
+            for record in json.loads(fields.get(b"rehearsals", b"[]"))
+        ]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)

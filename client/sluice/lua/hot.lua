@@ -11,7 +11,9 @@
 -- per bucket i, from ARGV[3], four values:
 --   increment      µs of refill one request takes (cost x tick)
 --   capacity       µs of a full bucket (burst x tick)
---   shadow         "1" for a shadow limit (evaluated and reported, never rejects)
+--   shadow         "0" enforced, "1" a shadow limit (evaluated and reported, never
+--                  rejects), "2" a limit of a rehearsed scheduled version, "3" an
+--                  enforced limit that version shares (see token_bucket.lua)
 --   want           requests' worth to take: 1 normally, n for a lease, 0 for a bucket
 --                  whose tokens the gateway already holds (read and reported, not charged)
 -- per slot j, after the buckets, three values: max in flight, timeout (ms), shadow
@@ -21,6 +23,8 @@
 -- either way). Then each fitting bucket is charged granted x increment, where
 -- granted = min(want, whole requests that fit), and the request id joins every slot
 -- with room; a slot key lives as long as its newest entry.
+-- Rehearsed buckets ("2") never reject: they are charged when every "2" and "3"
+-- bucket fits, as token_bucket.lua charges them.
 --
 -- Reply: {admitted, per bucket: fits, debt after (µs), granted; per slot: fits, in flight
 -- after; then the Redis time of the decision (µs since the epoch)}
@@ -29,7 +33,7 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local now_ms = math.floor(now / 1000)
 local m = tonumber(ARGV[2])
-local admitted = 1
+local admitted, rehearsed = 1, 1
 local debts, grants, fits = {}, {}, {}
 
 for i = 1, m do
@@ -43,8 +47,15 @@ for i = 1, m do
   end
   local granted = math.min(want, math.floor((capacity - debt) / increment))
   fits[i] = want == 0 or granted >= 1
-  if not fits[i] and ARGV[base + 2] ~= '1' then
-    admitted = 0
+  local kind = ARGV[base + 2]
+  if not fits[i] then
+    if kind == '2' then
+      rehearsed = 0
+    elseif kind == '3' then
+      admitted, rehearsed = 0, 0
+    elseif kind ~= '1' then
+      admitted = 0
+    end
   end
   debts[i], grants[i] = debt, math.max(granted, 0)
 end
@@ -63,7 +74,11 @@ end
 local reply = {admitted}
 for i = 1, m do
   local debt, granted = debts[i], grants[i]
-  if admitted == 1 and fits[i] and granted > 0 then
+  local charged = admitted
+  if ARGV[4 * i + 1] == '2' then
+    charged = rehearsed
+  end
+  if charged == 1 and fits[i] and granted > 0 then
     debt = debt + granted * tonumber(ARGV[4 * i - 1])
     redis.call('SET', KEYS[i], string.format('%d', now + debt), 'PX', math.ceil(debt / 1000))
   else

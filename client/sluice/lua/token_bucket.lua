@@ -9,11 +9,18 @@
 -- ARGV[3i - 2]  increment, microseconds: request cost x tick, where
 --               tick = ceil(period in microseconds / rate) is one token's refill time
 -- ARGV[3i - 1]  capacity, microseconds: burst x tick (a full bucket)
--- ARGV[3i]      "1" for a shadow limit (evaluated and reported, never rejects)
+-- ARGV[3i]      "0" for an enforced limit, "1" for a shadow limit (evaluated and
+--               reported, never rejects), "2" for a limit of a rehearsed scheduled
+--               version (its own key: never rejects, charged on its own terms),
+--               "3" for an enforced limit that the rehearsed version shares
 --
--- All limits that are not shadow must fit, or nothing is written. When they do,
--- every limit that fits (shadow ones included) is charged, and its key expires
--- when the bucket would be full again, so memory follows active clients.
+-- All enforced limits must fit, or none of them (nor any shadow one) is written.
+-- When they do, every enforced or shadow limit that fits is charged, and its key
+-- expires when the bucket would be full again, so memory follows active clients.
+-- Rehearsed limits ("2", and "3" for the shared ones) form a decision of their
+-- own, as if their version were in force: the "2" ones are charged when all of
+-- them fit, whatever the enforced limits said, so their buckets fill as that
+-- version's would (a shared bucket is charged as an enforced one).
 --
 -- Reply: {admitted (1 or 0), then per limit: fits (1 or 0), debt after the decision
 -- (microseconds), then the Redis time of the decision (microseconds since the epoch)}
@@ -21,7 +28,7 @@
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local debts, fits = {}, {}
-local admitted = 1
+local admitted, rehearsed = 1, 1
 
 for i = 1, #KEYS do
   local tat = tonumber(redis.call('GET', KEYS[i]))
@@ -34,7 +41,12 @@ for i = 1, #KEYS do
     fits[i] = after
   else
     fits[i] = false
-    if ARGV[3 * i] ~= '1' then
+    local kind = ARGV[3 * i]
+    if kind == '2' then
+      rehearsed = 0
+    elseif kind == '3' then
+      admitted, rehearsed = 0, 0
+    elseif kind ~= '1' then
       admitted = 0
     end
   end
@@ -44,7 +56,11 @@ end
 local reply = {admitted}
 for i = 1, #KEYS do
   local debt = debts[i]
-  if admitted == 1 and fits[i] then
+  local charged = admitted
+  if ARGV[3 * i] == '2' then
+    charged = rehearsed
+  end
+  if charged == 1 and fits[i] then
     debt = fits[i]
     redis.call('SET', KEYS[i], string.format('%d', now + debt), 'PX', math.ceil(debt / 1000))
   end

@@ -9,7 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from limits.models import DecisionMinute, Rejection, StatCounter, StreamEntry
+from limits.models import (
+    DecisionMinute,
+    RehearsalMinute,
+    Rejection,
+    StatCounter,
+    StreamEntry,
+)
 from limits.traffic.stats import (
     CONSUMER,
     GROUP,
@@ -196,8 +202,11 @@ def test_aggregate__flood_of_rejections__log_bounded_per_tenant(settings, redis_
 def test_prune__old_rows__deleted_and_pending_ledger_kept(
     traffic, redis_client, settings
 ):
-    # Given counts, rejections and ledger rows, one entry still pending
+    # Given counts, rehearsal counts, rejections and ledger rows, one entry still pending
     decision_stream_aggregate()
+    RehearsalMinute.objects.create(
+        version=2, minute=redis_minute(redis_client), tenant="acme", requests=1
+    )
     redis_client.xadd(STREAM_KEY, {"v": "1", "events": "[]"})
     entries = read_without_ack(redis_client)
     stats_apply(entries=entries)
@@ -206,7 +215,7 @@ def test_prune__old_rows__deleted_and_pending_ledger_kept(
     StreamEntry.objects.update(processed_at=later - timedelta(days=10))
     removed = stats_prune(now=later)
     # Then counts and rejections are gone, and only the pending entry's id remains
-    assert removed == {"minutes": 3, "rejections": 1, "ledger": 1}
+    assert removed == {"minutes": 3, "rehearsals": 1, "rejections": 1, "ledger": 1}
     assert list(StreamEntry.objects.values_list("entry_id", flat=True)) == [
         entries[0][0]
     ]

@@ -1,0 +1,99 @@
+"""A scheduled lowering rehearsed by a gateway, then in force: the rehearsal foretold it.
+
+The same fixed schedule of requests goes through a real limiter twice, on real
+Redis, with its decision events rolled up into Postgres by the real
+aggregation: first while the lowering is scheduled (rehearsed in shadow), then
+with the lowering in force (its clock moved past the effective time).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.db.models import Sum
+from django.utils import timezone
+
+from limits.choices import Outcome
+from limits.core.audit import Actor
+from limits.gateways.bundle import snapshot_bundle_get
+from limits.models import DecisionMinute, Limit
+from limits.publishing.services import snapshot_publish
+from limits.traffic.rehearsal import rehearsal_figures
+from limits.traffic.stats import decision_stream_aggregate
+from sluice import DecisionEvents, Limiter
+from sluice.bucket import connect
+from sluice.bundle import parse_bundle_bytes
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
+
+RATE, SECONDS = 150, 4.0  #: acme's traffic: 150 searches a second for 4 s
+LOWERED = 50  #: the scheduled version's limit: 50 a second, burst 50
+
+
+@pytest.fixture
+def lowering(rules):
+    """Version 1: pro searches at 1,000/s per tenant; version 2, scheduled a day
+    later, lowers them to 50/s (burst 50)."""
+    actor = Actor.system("test")
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=1000, burst=1000)
+    snapshot_publish(actor=actor, message="v1")
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=LOWERED, burst=LOWERED)
+    effective = timezone.now() + timedelta(days=1)
+    snapshot_publish(actor=actor, message="lower pro", effective_at=effective)
+    return parse_bundle_bytes(snapshot_bundle_get().body)
+
+
+def send(limiter: Limiter) -> list[bool]:
+    """The fixed schedule: request i at start + i / RATE (never sooner)."""
+    start, answers = time.monotonic(), []
+    for i in range(int(RATE * SECONDS)):
+        delay = start + i / RATE - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        answers.append(limiter.decide(route="search", tenant="acme").allowed)
+    return answers
+
+
+def limited(tenant: str) -> int:
+    rows = DecisionMinute.objects.filter(tenant=tenant, outcome=Outcome.LIMITED)
+    return rows.aggregate(n=Sum("count", default=0))["n"]
+
+
+def test_rehearsal__lowering_scheduled_then_in_force__foretells_its_rejections(
+    lowering, redis_server, redis_client
+):
+    # Given a gateway's limiter and decision events on real Redis, version 1 in
+    # force and the lowering (version 2) scheduled
+    client = connect(redis_server.url, timeout=1.0)
+    events = DecisionEvents(client, gateway_id="rehearsal-gw")
+    since = timezone.now() - timedelta(minutes=1)
+    # When acme's traffic goes through while version 2 is only scheduled
+    rehearsing = Limiter(client, lowering, events=events)
+    before = send(rehearsing)
+    events.flush()
+    decision_stream_aggregate()
+    # Then version 1 admitted everything, and the rehearsal counted every request
+    # and what version 2 would have rejected
+    assert all(before)
+    (figure,) = rehearsal_figures(version=2, since=since)
+    assert (figure.tenant, figure.route, figure.requests) == ("acme", "search", 600)
+    foretold = figure.would_reject
+    # When the same traffic comes once version 2 is in force (fresh buckets)
+    client.delete(*client.keys("rl:*"))
+    in_force = Limiter(
+        client, lowering, events=events, wall=lambda: time.time() + 2 * 86400
+    )
+    after = send(in_force)
+    events.flush()
+    decision_stream_aggregate()
+    # Then it rejects what the rehearsal foretold, within 10 %
+    real = limited("acme")
+    assert real == after.count(False)
+    print(f"rehearsal foretold {foretold} rejections; version 2 made {real}")
+    assert real > 0
+    assert abs(foretold - real) <= 0.1 * real
+    # and nothing was rehearsed once version 2 was in force (none is scheduled after it)
+    assert rehearsal_figures(version=2, since=since)[0].requests == 600
+    client.close()
