@@ -1,10 +1,13 @@
 """The audit log becomes a hash chain, and the database refuses TRUNCATE on it and
-on published snapshots (row triggers do not fire on TRUNCATE).
+on published snapshots (row triggers do not fire on TRUNCATE); API tokens outlive
+their user.
 
 Existing entries are linked in id order, with the append-only trigger held off for
 that one UPDATE (the migration runs as the tables' owner).
 """
 
+import django.db.models.deletion
+from django.conf import settings
 from django.db import migrations, models
 
 TRUNCATE_FORWARD = """
@@ -50,7 +53,10 @@ def link_existing_entries(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("limits", "0012_route_failure_mode_open_unbounded")]
+    dependencies = [
+        ("limits", "0012_route_failure_mode_open_unbounded"),
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
+    ]
 
     operations = [
         migrations.AddField(
@@ -93,4 +99,17 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunSQL(TRUNCATE_FORWARD, TRUNCATE_REVERSE),
+        # An API token outlives its user, revoked (limits.gateways.users).
+        migrations.AlterField(
+            model_name="apitoken",
+            name="user",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="Empty once the user was deleted (the token is revoked then).",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="api_tokens",
+                to=settings.AUTH_USER_MODEL,
+            ),
+        ),
     ]

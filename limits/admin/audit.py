@@ -7,8 +7,8 @@ from django.contrib import admin
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
+from limits.core.audit_diff import audit_changes
 from limits.core.chain import chain_verify
-from limits.core.changes import audit_changes
 from limits.models import AuditEntry
 
 from .base import ReadOnlyAdmin
