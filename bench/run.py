@@ -13,7 +13,8 @@ process and collects what it prints into ``var/bench/report.md``:
 5. accuracy under concurrency (``bench/accuracy.py``);
 6. accuracy with a stalling Redis, through the demo gateway (``bench/stall.py``);
 7. Postgres restarted during a publish, on a private cluster (``bench/pg_restart.py``);
-8. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
+8. the audit log's hash chain: appends, verification (``bench/audit_chain.py``);
+9. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
 
 ``--quick`` shrinks every part (a smoke run of a few minutes). Never asserts
 on time; a part that fails is reported as failed and the others still run.
@@ -106,6 +107,13 @@ def parts(redis_url: str) -> list[Part]:
             ("-m", "bench.pg_restart"),
             ("--tenants", "5000"),
             timeout=300,
+        ),
+        Part(
+            "Audit chain",
+            ("-m", "bench.audit_chain"),
+            ("--entries", "3000"),
+            timeout=300,
+            django=True,
         ),
         Part(
             "Faults",
