@@ -104,7 +104,6 @@ class Migration(migrations.Migration):
             model_name="apitoken",
             name="user",
             field=models.ForeignKey(
-                blank=True,
                 help_text="Empty once the user was deleted (the token is revoked then).",
                 null=True,
                 on_delete=django.db.models.deletion.SET_NULL,

@@ -66,8 +66,7 @@ class ApiToken(Token):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
+        null=True,  # not blank: a token is issued to someone
         related_name="api_tokens",
         help_text="Empty once the user was deleted (the token is revoked then).",
     )
