@@ -12,6 +12,12 @@ and :func:`chain_head`.
 Appends are serialized by a transaction-level advisory lock (held until the
 transaction that appends commits), so two concurrent writers cannot both link to
 the same entry; a unique index on ``prev_hash`` refuses such a fork anyway.
+
+Lock order: a transaction that will audit takes this lock before any other (row
+locks, the publishing lock and its table locks), so that no writer holds the chain
+while it waits for a lock another writer holds while waiting for the chain. A
+publish holds the rule tables in SHARE mode; an edit that took the chain first
+simply waits for the publish to finish, or the publish waits for it.
 """
 
 from __future__ import annotations

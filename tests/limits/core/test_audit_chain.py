@@ -4,6 +4,7 @@ refuses to erase it, and ``audit_verify`` names the first entry that was tampere
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -14,7 +15,7 @@ from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
 from limits.core.chain import GENESIS, chain_verify, entry_digest
 from limits.models import AuditEntry
-from limits.rules import services as rules
+from limits.rules import services as rules_services
 from tests.factories import TierFactory
 
 pytestmark = pytest.mark.django_db
@@ -119,7 +120,9 @@ def test_audit_record__two_transactions_at_once__chain_does_not_fork():
     def slow_writer():
         try:
             with transaction.atomic():
-                rules.rule_save(obj=TierFactory.build(slug="slow"), actor=Actor())
+                rules_services.rule_save(
+                    obj=TierFactory.build(slug="slow"), actor=Actor()
+                )
                 recorded.set()
                 release.wait(5)
         except BaseException as exc:  # reported by the test
@@ -134,7 +137,7 @@ def test_audit_record__two_transactions_at_once__chain_does_not_fork():
     # When another writer records a change meanwhile (it waits for the first to commit)
     second = threading.Thread(
         target=lambda: (
-            rules.rule_save(obj=TierFactory.build(slug="fast"), actor=Actor()),
+            rules_services.rule_save(obj=TierFactory.build(slug="fast"), actor=Actor()),
             connection.close(),
         )
     )
@@ -167,3 +170,52 @@ def test_audit_list__intact_then_broken__shows_the_chain_state(client, product_u
         )
         cursor.execute("SET LOCAL session_replication_role = origin")
     assert f"Hash chain broken at entry {first.pk}" in client.get(url).text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_limit_edit_racing_a_publish__both_complete_one_after_the_other(rules):
+    from limits.models import Limit, Policy
+    from limits.publishing.services import publishing_lock
+
+    # Given a publish that holds its locks and is about to rewrite a policy's row
+    policy = Policy.objects.get(tier__slug="free", route=None)
+    locked, errors = threading.Event(), []
+
+    def publish():
+        try:
+            with transaction.atomic():
+                publishing_lock(rules=True)
+                locked.set()
+                time.sleep(0.5)  # the edit below arrives meanwhile
+                Policy.objects.filter(pk=policy.pk).update(reason="published")
+                _record(1)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+            locked.set()
+        finally:
+            connection.close()
+
+    def edit():
+        try:
+            limit = Limit.objects.get(policy=policy)
+            limit.rate = 3
+            rules_services.limit_save(limit=limit, actor=Actor())
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    assert locked.wait(5)
+    # When an API edit of that policy's limit comes in during the publish
+    editor = threading.Thread(target=edit)
+    editor.start()
+    publisher.join(10)
+    editor.join(10)
+    # Then neither deadlocks: both are written, in turn, and the chain verifies
+    assert not errors, errors
+    policy.refresh_from_db()
+    assert policy.reason == "published"
+    assert Limit.objects.get(policy=policy).rate == 3
+    assert chain_verify().intact
