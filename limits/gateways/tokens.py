@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
+from limits.core.chain import chain_lock
 from limits.core.store import redis_client
 from limits.gateways.keys import gateway_token_key
 from limits.gateways.window import poll_window_reset
@@ -50,6 +51,7 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
     """Revoke ``token`` from now on; audited. Revoking twice changes nothing."""
     if not token.is_active:
         return
+    chain_lock()  # before the token's row is written (limits.core.chain: lock order)
     token.revoke()
     token.save(update_fields=["revoked_at"])
     if isinstance(token, GatewayToken):
