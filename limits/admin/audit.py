@@ -57,21 +57,8 @@ class AuditEntryAdmin(ReadOnlyAdmin):
             {"fields": ("before_json", "after_json"), "classes": ("collapse",)},
         ),
     )
-    readonly_fields = (
-        "created_at",
-        "actor",
-        "action",
-        "object_type",
-        "object_id",
-        "object_repr",
-        "reason",
-        "request_id",
-        "source_ip",
-        "changes",
-        "hash",
-        "prev_hash",
-        "before_json",
-        "after_json",
+    readonly_fields = tuple(
+        name for _, options in fieldsets for name in options["fields"]
     )
 
     def changelist_view(self, request, extra_context=None):
