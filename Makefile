@@ -28,6 +28,14 @@ setup:
 # Postgres and Redis are started too when nothing answers on DATABASE_URL, REDIS_URL or
 # CELERY_BROKER_URL (private ones under var/, see Procfile.dev); migrations and demo
 # data load once they answer. With DEV_ENV (above).
+# Two database roles, as in production (docs/operator-guide.md, "Audit log"): the superuser
+# sets up sluice_owner (migrations) and sluice_app (every process). Set DATABASE_URL
+# yourself and the run uses it as it is, as one role unless DATABASE_MIGRATE_URL names another.
+ifeq ($(origin DATABASE_URL),undefined)
+run: export DATABASE_ADMIN_URL = postgres://postgres@127.0.0.1:5432/sluice
+run: export DATABASE_MIGRATE_URL = postgres://sluice_owner@127.0.0.1:5432/sluice
+run: export DATABASE_URL = postgres://sluice_app@127.0.0.1:5432/sluice
+endif
 run: install
 	@mkdir -p var && rm -f var/demo.ready
 	@echo

@@ -14,7 +14,8 @@ process and collects what it prints into ``var/bench/report.md``:
 6. accuracy with a stalling Redis, through the demo gateway (``bench/stall.py``);
 7. Postgres restarted during a publish, on a private cluster (``bench/pg_restart.py``);
 8. health endpoints and the request log (``bench/health.py``);
-9. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
+9. the audit log's hash chain: appends, verification (``bench/audit_chain.py``);
+10. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
 
 ``--quick`` shrinks every part (a smoke run of a few minutes). Never asserts
 on time; a part that fails is reported as failed and the others still run.
@@ -112,6 +113,13 @@ def parts(redis_url: str) -> list[Part]:
             "Health endpoints and the request log",
             ("-m", "bench.health", "--redis-url", redis_url),
             ("--requests", "50", "--repeats", "1"),
+            timeout=300,
+            django=True,
+        ),
+        Part(
+            "Audit chain",
+            ("-m", "bench.audit_chain"),
+            ("--entries", "3000"),
             timeout=300,
             django=True,
         ),

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
+import dj_database_url
 import psycopg
 import redis
 from django.conf import settings
@@ -91,9 +92,13 @@ def check_redis(url: str, *, setting: str = "REDIS_URL") -> None:
 def check_postgres(*, create_database: bool) -> bool:
     """Raise ServiceUnavailable unless Postgres answers; create the database if asked.
 
-    Returns True when the database was created.
+    Returns True when the database was created. Creating it takes a role that may:
+    asked to, this connects as ``DATABASE_ADMIN_URL`` (the roles of
+    ``DATABASE_URL`` may not exist before ``manage.py db_roles`` runs).
     """
     db = settings.DATABASES["default"]
+    if create_database:
+        db = {**dj_database_url.parse(settings.DATABASE_ADMIN_URL), "NAME": db["NAME"]}
     params = {
         "host": db.get("HOST") or None,
         "port": db.get("PORT") or None,

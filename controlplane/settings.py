@@ -84,6 +84,10 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 DATABASE_URL = os.environ.get(
     "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice"
 )
+# Migrations run as the owner of the tables, the application as a role that owns
+# nothing (manage.py db_roles sets both up, as DATABASE_ADMIN_URL, a superuser).
+DATABASE_MIGRATE_URL = os.environ.get("DATABASE_MIGRATE_URL", "") or DATABASE_URL
+DATABASE_ADMIN_URL = os.environ.get("DATABASE_ADMIN_URL", "") or DATABASE_MIGRATE_URL
 # Persistent connections are checked before a request reuses them: after a Postgres
 # restart, each process would otherwise fail one request on its dead connection.
 DATABASES = {

@@ -1,5 +1,6 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.conf import settings
+from django.db.models.signals import post_migrate, pre_delete
 
 
 class LimitsConfig(AppConfig):
@@ -12,7 +13,13 @@ class LimitsConfig(AppConfig):
     def ready(self) -> None:
         # Models are not ready when this module is imported; ready() is Django's hook.
         from limits.core.roles import sync_role_groups
+        from limits.gateways.users import user_deleting
 
         post_migrate.connect(
             sync_role_groups, sender=self, dispatch_uid="limits.sync_role_groups"
+        )
+        pre_delete.connect(
+            user_deleting,
+            sender=settings.AUTH_USER_MODEL,
+            dispatch_uid="limits.user_deleting",
         )

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('limits', '0012_route_failure_mode_open_unbounded'),
+        ('limits', '0013_audit_chain'),
     ]
 
     operations = [

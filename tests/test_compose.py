@@ -42,7 +42,32 @@ def test_compose__urls__point_at_the_compose_services():
     assert "@postgres:5432/" in environment["DATABASE_URL"]
     assert environment["REDIS_URL"].startswith("redis://redis:6379/")
     postgres = COMPOSE["services"]["postgres"]["environment"]
-    assert f":{postgres['POSTGRES_PASSWORD']}@" in environment["DATABASE_URL"]
+    admin = COMPOSE["services"]["migrate"]["environment"]["DATABASE_ADMIN_URL"]
+    assert (
+        f"postgres://postgres:{postgres['POSTGRES_PASSWORD']}@postgres:5432/" in admin
+    )
+
+
+def test_compose__database_roles__migrate_as_owner_run_as_the_runtime_role():
+    # The one-shot migrate service sets up both roles and migrates as the owner
+    migrate = COMPOSE["services"]["migrate"]
+    assert "manage.py db_roles" in migrate["command"]
+    assert "manage.py migrate" in migrate["command"]
+    urls = migrate["environment"]
+    owner = urls["DATABASE_MIGRATE_URL"].split("@")[0].split("//")[1].split(":")[0]
+    runtime = urls["DATABASE_URL"].split("@")[0].split("//")[1].split(":")[0]
+    assert len({"postgres", owner, runtime}) == 3
+    # The application services connect as the runtime role alone, once it is done
+    for name in APP_SERVICES:
+        service = COMPOSE["services"][name]
+        assert service["environment"]["DATABASE_URL"] == urls["DATABASE_URL"]
+        assert not {"DATABASE_ADMIN_URL", "DATABASE_MIGRATE_URL"} & set(
+            service["environment"]
+        )
+        assert service["depends_on"]["migrate"] == {
+            "condition": "service_completed_successfully"
+        }
+        assert "manage.py migrate" not in str(service.get("command", ""))
 
 
 def test_compose__commands__run_modules_that_exist():

@@ -11,6 +11,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "created_at",
             "action",
             "actor",
+            "actor_id",
             "request_id",
             "source_ip",
             "object_type",
@@ -19,5 +20,7 @@ class AuditEntrySerializer(serializers.ModelSerializer):
             "before",
             "after",
             "reason",
+            "prev_hash",
+            "hash",
         )
         read_only_fields = fields

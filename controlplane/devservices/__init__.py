@@ -1,7 +1,8 @@
 """Private Postgres and Redis for ``make run``, where nothing answers on the configured ones.
 
 ``make run`` starts ``python -m controlplane.devservices serve`` as one process of its
-honcho run (Procfile.dev). For DATABASE_URL, REDIS_URL and CELERY_BROKER_URL it looks
+honcho run (Procfile.dev). For DATABASE_ADMIN_URL (the superuser's: DATABASE_URL unless
+set), REDIS_URL and CELERY_BROKER_URL it looks
 whether anything accepts connections on the URL's host and port. What answers is used
 as it is. Where nothing does and the host is this machine (a loopback address), it
 starts a server of its own there: a PostgreSQL cluster in ``var/postgres`` (created by

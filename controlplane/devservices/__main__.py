@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import dj_database_url
+
 from controlplane.devservices.launcher import plan, serve, wait_for
 from controlplane.devservices.process import StartFailed
 from controlplane.preflight import redact
@@ -19,9 +21,11 @@ def serve_configured() -> int:
     from django.conf import settings
 
     try:
+        # A private cluster's superuser is the admin role: the owner and runtime
+        # roles are made in it by manage.py db_roles.
         servers, using = plan(
-            database=settings.DATABASES["default"],
-            database_url=settings.DATABASE_URL,
+            database=dj_database_url.parse(settings.DATABASE_ADMIN_URL),
+            database_url=settings.DATABASE_ADMIN_URL,
             redis_urls={
                 "REDIS_URL": settings.REDIS_URL,
                 "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,

@@ -11,4 +11,5 @@ from . import (  # noqa: F401  (registers the model admins)
     rules,
     snapshots,
     tokens,
+    users,
 )

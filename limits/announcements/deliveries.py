@@ -38,6 +38,7 @@ from limits.announcements.webhooks import (
 )
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor, audit_record
+from limits.core.chain import chain_lock
 from limits.core.jobs import enqueue_on_commit
 from limits.models import Delivery, DeliveryAttempt, WebhookEndpoint
 
@@ -183,6 +184,7 @@ def delivery_send(*, delivery_id: int, final: bool = False) -> Delivery | None:
 def delivery_resend(*, delivery: Delivery, actor: Actor) -> Delivery:
     """Send a delivered or failed notification again, as the same event; audited."""
     require_manager(actor)
+    chain_lock()  # before the delivery's row lock (limits.core.chain: lock order)
     row = Delivery.objects.select_for_update().get(pk=delivery.pk)
     if row.state in SENDABLE:
         raise ValidationError("This notification is already queued.")

@@ -26,6 +26,7 @@ from limits.announcements.changelog import public_changes, tenant_changes, tiers
 from limits.announcements.deliveries import EVENT_TYPES, deliveries_enqueue
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor, audit_record
+from limits.core.chain import chain_lock
 from limits.core.jobs import enqueue_on_commit
 from limits.core.roles import require_publisher
 from limits.diff.diffing import RulesDiff
@@ -88,6 +89,7 @@ def announcement_note_update(
 ) -> Announcement:
     """Change the public note of a version that has not taken effect yet; audited."""
     require_publisher(actor)
+    chain_lock()  # before the announcement's row lock (limits.core.chain: lock order)
     row = Announcement.objects.select_for_update(of=("self",)).select_related(
         "snapshot"
     )

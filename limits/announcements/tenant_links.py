@@ -28,6 +28,7 @@ from limits.announcements.changelog import (
 from limits.announcements.webhooks import require_manager
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
+from limits.core.chain import chain_lock
 from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Tenant, TenantLink
 from limits.versions.explain import EffectiveLimit, effective_limits
@@ -60,6 +61,7 @@ def tenant_link_issue(*, tenant: Tenant, actor: Actor) -> str:
     """Issue the tenant's link, or rotate it (earlier links stop working); audited.
     Return the new path."""
     require_manager(actor)
+    chain_lock()  # before the link's row lock (limits.core.chain: lock order)
     link, created = TenantLink.objects.select_for_update().get_or_create(
         tenant=tenant, defaults={"nonce": secrets.token_urlsafe(24)}
     )
@@ -81,6 +83,7 @@ def tenant_link_issue(*, tenant: Tenant, actor: Actor) -> str:
 def tenant_link_revoke(*, tenant: Tenant, actor: Actor) -> None:
     """Disable the tenant's link; audited. Revoking twice changes nothing."""
     require_manager(actor)
+    chain_lock()  # before the link's row lock (limits.core.chain: lock order)
     link = TenantLink.objects.select_for_update().filter(tenant=tenant).first()
     if link is None or not link.is_active:
         return

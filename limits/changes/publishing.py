@@ -33,6 +33,7 @@ from django.utils import timezone
 from limits.changes.permissions import approvals_counted, require_may_publish
 from limits.changes.services import edits_of, serialize_change_request
 from limits.core.audit import Actor, audited_save
+from limits.core.chain import chain_lock
 from limits.diff.diffing import EMPTY_RULES, rules_diff
 from limits.models import ChangeRequest, ChangeRequestState, Snapshot
 from limits.publishing.approval import ApprovalRequired, approval_reasons
@@ -193,6 +194,7 @@ def change_request_publish(
     ApprovalRequired, NoticePeriodTooShort, InvalidRules, PermissionDenied, and
     ValidationError for a request that is closed or empty.
     """
+    chain_lock()  # before the request's row lock (limits.core.chain: lock order)
     request = ChangeRequest.objects.select_for_update().get(pk=change_request.pk)
     if not request.is_live:
         raise ValidationError(

@@ -20,6 +20,7 @@ from django.utils import timezone
 from limits.changes.permissions import require_may_approve, require_may_propose
 from limits.choices import AuditAction, Role
 from limits.core.audit import Actor, audit_record, audited_save, serialize_for_audit
+from limits.core.chain import chain_lock
 from limits.core.roles import require_role, user_role
 from limits.diff.diffing import EMPTY_RULES, rules_diff
 from limits.models import (
@@ -304,6 +305,7 @@ def change_request_propose(
     audited. What the admin's forms do instead of changing the rules."""
     if actor.user is None:
         raise PermissionDenied("Drafts belong to people; the system opens requests.")
+    chain_lock()  # before the draft's row lock (limits.core.chain: lock order)
     draft = (
         ChangeRequest.objects.select_for_update()
         .filter(author=actor.user, state=ChangeRequestState.DRAFT)
@@ -338,6 +340,7 @@ def _save_edits(request, edits, old, actor, *, reason: str) -> None:
 
 
 def _locked(change_request: ChangeRequest, *states: str) -> ChangeRequest:
+    chain_lock()  # before the request's row lock (limits.core.chain: lock order)
     row = ChangeRequest.objects.select_for_update().get(pk=change_request.pk)
     if states and row.state not in states:
         raise ValidationError(

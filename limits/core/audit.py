@@ -5,7 +5,8 @@ transaction: :func:`row_lock` (lock the stored row, check the caller's revision,
 keep its audited state), the change itself, then :func:`audited_save` or
 :func:`audited_delete` (bump the revision, write, append the audit entry with
 before and after). :func:`audit_record` appends entries that are not a row's
-change (a publish, a token issued).
+change (a publish, a token issued). Every entry is linked into the hash chain
+(``limits.core.chain``) as it is appended.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
+from django.db import models, transaction
+from django.utils import timezone
 
 from limits.choices import AuditAction
+from limits.core.chain import chain_head, chain_lock, entry_digest
 from limits.models import AuditEntry
 from sluice.identity import TrustedProxies, client_ip
 
@@ -136,24 +139,44 @@ def audit_record(
     after: dict[str, Any] | None = None,
     reason: str = "",
 ) -> AuditEntry:
-    """Append one entry to the audit log; call it inside the transaction of the change."""
+    """Append one entry to the audit log, linked to the one before it; call it inside
+    the transaction of the change (the chain stays locked until it commits)."""
     if obj is not None:
         object_type = object_type or obj._meta.model_name
         object_id = object_id or str(obj.pk)
         object_repr = object_repr or str(obj)[:300]
-    return AuditEntry.objects.create(
-        action=action,
+    entry = AuditEntry(
+        created_at=timezone.now(),
+        action=str(action),
         actor=actor.username,
         actor_id=actor.user.pk if actor.user is not None else None,
         request_id=actor.request_id,
-        source_ip=actor.ip,
+        source_ip=_stored_ip(actor.ip),
         object_type=object_type,
         object_id=object_id,
         object_repr=object_repr,
-        before=before,
-        after=after,
+        before=_as_stored(before),
+        after=_as_stored(after),
         reason=reason,
     )
+    with transaction.atomic(savepoint=False):  # no savepoint's two round trips
+        chain_lock()
+        entry.prev_hash = chain_head()
+        entry.hash = entry_digest(entry)
+        entry.save(force_insert=True)
+    return entry
+
+
+def _as_stored(value: dict[str, Any] | None) -> Any:
+    """``value`` as it reads back from the JSON column, so its hash is the stored one's."""
+    return (
+        None if value is None else json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+    )
+
+
+def _stored_ip(ip: str | None) -> str | None:
+    """The address as Postgres prints it back (IPv6 compressed, lower case)."""
+    return AuditEntry._meta.get_field("source_ip").to_python(ip) if ip else None
 
 
 def row_lock(
@@ -170,6 +193,7 @@ def row_lock(
     """
     if obj.pk is None:
         return None
+    chain_lock()  # before the row lock: every audited write locks in this order
     stored = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
     if expected_revision is not None and stored.revision != expected_revision:
         raise StaleRevision(obj, stored.revision)

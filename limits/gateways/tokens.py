@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
+from limits.core.chain import chain_lock
 from limits.core.store import redis_client
 from limits.gateways.keys import gateway_token_key
 from limits.gateways.window import poll_window_reset
@@ -50,16 +51,19 @@ def token_revoke(*, token: Token, actor: Actor, reason: str = "") -> None:
     """Revoke ``token`` from now on; audited. Revoking twice changes nothing."""
     if not token.is_active:
         return
+    chain_lock()  # before the token's row is written (limits.core.chain: lock order)
     token.revoke()
     token.save(update_fields=["revoked_at"])
     if isinstance(token, GatewayToken):
         key = gateway_token_key(token.key_hash)
         transaction.on_commit(lambda: _forget_gateway_token(key))
+    shown = {"name": token.name, "prefix": token.prefix, **_owner(token)}
     audit_record(
         actor=actor,
         action=AuditAction.TOKEN_REVOKE,
         obj=token,
-        before={"name": token.name, "prefix": token.prefix, **_owner(token)},
+        before={**shown, "revoked_at": None},
+        after={**shown, "revoked_at": token.revoked_at},
         reason=reason,
     )
 
@@ -71,7 +75,9 @@ def _forget_gateway_token(key: str) -> None:
 
 
 def _owner(token: Token) -> dict[str, str]:
-    return {"user": token.user.get_username()} if isinstance(token, ApiToken) else {}
+    if not isinstance(token, ApiToken):
+        return {}
+    return {"user": token.user.get_username() if token.user is not None else None}
 
 
 def api_token_authenticate(secret: str) -> ApiToken | None:
@@ -81,7 +87,7 @@ def api_token_authenticate(secret: str) -> ApiToken | None:
         .filter(key_hash=hash_secret(secret), revoked_at__isnull=True)
         .first()
     )
-    if token is None or not token.user.is_active:
+    if token is None or token.user is None or not token.user.is_active:
         return None
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:

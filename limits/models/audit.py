@@ -11,8 +11,11 @@ __all__ = ["AuditEntry"]
 class AuditEntry(models.Model):
     """One recorded change: who, when, from where, what it was before and after, and why.
 
-    Rows are only ever inserted: the application has no update path and a
-    database trigger (migration ``audit_append_only``) refuses UPDATE and DELETE.
+    Rows are only ever inserted: the application has no update path, database
+    triggers (migrations ``audit_append_only``, ``audit_chain``) refuse UPDATE,
+    DELETE and TRUNCATE, and the runtime role has no such grant (``db_roles``).
+    Each entry carries the hash of the one before it (``limits.core.chain``), so an
+    entry edited behind the database's back shows when the chain is verified.
     The actor is kept as text, not a foreign key, so deleting a user touches no row.
     """
 
@@ -30,6 +33,14 @@ class AuditEntry(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True)
+    prev_hash = models.CharField(
+        max_length=64, editable=False, help_text="The hash of the entry before it."
+    )
+    hash = models.CharField(
+        max_length=64,
+        editable=False,
+        help_text="SHA-256 of this entry's content and the previous hash.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -38,6 +49,19 @@ class AuditEntry(models.Model):
         indexes = [
             models.Index(
                 fields=["object_type", "object_id"], name="limits_audit_object_idx"
+            ),
+        ]
+        constraints = [
+            # Two entries linking to the same one would fork the chain.
+            models.UniqueConstraint(
+                fields=["prev_hash"],
+                name="%(app_label)s_%(class)s_unique_prev_hash",
+                violation_error_message="Another entry already follows this one.",
+            ),
+            models.UniqueConstraint(
+                fields=["hash"],
+                name="%(app_label)s_%(class)s_unique_hash",
+                violation_error_message="An entry with this hash exists.",
             ),
         ]
 

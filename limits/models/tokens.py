@@ -55,12 +55,20 @@ class Token(models.Model):
 
 
 class ApiToken(Token):
-    """Lets automation (CI, scripts) call the management API as ``user``, with that user's role."""
+    """Lets automation (CI, scripts) call the management API as ``user``, with that user's role.
+
+    A token outlives its user: deleting the user revokes it (audited) and leaves it
+    without an owner, so the audit log's token entries keep pointing at a row.
+    """
 
     PREFIX = "slu_"
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,  # not blank: a token is issued to someone
+        related_name="api_tokens",
+        help_text="Empty once the user was deleted (the token is revoked then).",
     )
 
     class Meta(Token.Meta):

@@ -26,6 +26,7 @@ from limits import models
 from limits.announcements.services import announcement_create
 from limits.choices import AuditAction, SnapshotKind
 from limits.core.audit import Actor, audit_record
+from limits.core.chain import chain_lock
 from limits.core.roles import require_publisher
 from limits.diff.diffing import RulesDiff, rules_diff
 from limits.gateways.bundle import snapshot_bundle_refresh
@@ -69,6 +70,7 @@ _RULE_TABLES = "limits_tier, limits_tenant, limits_route, limits_policy, limits_
 def publishing_lock(*, rules: bool) -> None:
     """Serialize publishing in the current transaction; with ``rules``, also hold off
     rule edits until commit, so that the working copy is read as one consistent state."""
+    chain_lock()  # first: the lock order of every audited write (limits.core.chain)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PUBLISH_LOCK])
         if rules:

@@ -24,6 +24,7 @@ from limits.core.audit import (
     audited_save,
     row_lock,
 )
+from limits.core.chain import chain_lock
 from limits.core.roles import can_edit_policy, require_role, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
 from limits.rules.compiling import policy_to_snapshot
@@ -220,6 +221,7 @@ def limit_delete(
 def _other_limits(limit: Limit, expected_revision: int | None) -> list[Limit]:
     """The other limits of ``limit``'s policy, read with the policy locked (every writer
     of a policy's limits locks it); StaleRevision if ``limit`` changed meanwhile."""
+    chain_lock()  # before the policy's row lock (limits.core.chain: lock order)
     Policy.objects.select_for_update().get(pk=limit.policy_id)
     if limit.pk is not None and expected_revision is not None:
         current = Limit.objects.get(pk=limit.pk).revision
