@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from limits.core.store import redis_client
 from limits.gateways.keys import DECISION_GROUP, decision_stream
-from limits.models import DecisionMinute, Rejection, StreamEntry
+from limits.models import DecisionMinute, DecisionPeak, Rejection, StreamEntry
 from limits.traffic.tally import Tally, entry_ms
 
 __all__ = [
@@ -138,16 +138,17 @@ def _ledger_claim(entry_ids: list[str]) -> set[str]:
 
 
 def stats_prune(*, now=None) -> dict[str, int]:
-    """Delete counts, rejections and ledger rows older than their retention settings.
+    """Delete counts (per minute and per second), rejections and ledger rows older
+    than their retention settings.
 
     Ledger rows of entries still pending in the stream are kept whatever their
     age: they are what keeps a pending entry from being counted twice.
     """
     now = now or timezone.now()
     days = timedelta(days=1)
-    minutes = DecisionMinute.objects.filter(
-        minute__lt=now - settings.SLUICE_STATS_RETENTION_DAYS * days
-    ).delete()[0]
+    kept_from = now - settings.SLUICE_STATS_RETENTION_DAYS * days
+    minutes = DecisionMinute.objects.filter(minute__lt=kept_from).delete()[0]
+    peaks = DecisionPeak.objects.filter(minute__lt=kept_from).delete()[0]
     rejections = Rejection.objects.filter(
         at__lt=now - settings.SLUICE_STATS_REJECTION_RETENTION_DAYS * days
     ).delete()[0]
@@ -157,7 +158,12 @@ def stats_prune(*, now=None) -> dict[str, int]:
     pending = _oldest_pending_ms()
     if pending is not None:
         old = old.filter(entry_ms__lt=pending)
-    return {"minutes": minutes, "rejections": rejections, "ledger": old.delete()[0]}
+    return {
+        "minutes": minutes,
+        "peaks": peaks,
+        "rejections": rejections,
+        "ledger": old.delete()[0],
+    }
 
 
 def _oldest_pending_ms() -> int | None:

@@ -3,6 +3,11 @@
 Stream entries come from gateways: every field is checked, and an event that
 does not read as the format of ``sluice.metrics`` is counted as
 malformed and skipped, so that one bad gateway can never stop the aggregation.
+
+Beside the counts per outcome, each minute of a tenant and route gets its 60
+per-second counts (``DecisionPeak``): events carry the second they were decided
+in, and a second's events may come from several gateways and batches, so the
+upsert adds the arrays element by element rather than keeping a maximum.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 from django.db import connection
 
 from limits.choices import Outcome
-from limits.models import DecisionMinute, Rejection, StatCounter
+from limits.models import SECONDS, DecisionMinute, DecisionPeak, Rejection, StatCounter
 
 __all__ = ["Tally", "entry_ms"]
 
@@ -43,6 +48,9 @@ class Tally:
     def __init__(self, *, per_tenant: int) -> None:
         self.per_tenant = per_tenant
         self.minutes: Counter[tuple[int, str, str, str]] = Counter()
+        self.seconds: defaultdict[tuple[int, str, str], list[int]] = defaultdict(
+            lambda: [0] * SECONDS
+        )
         self.totals: Counter[str] = Counter()
         self.rejections: defaultdict[str, list[Rejection]] = defaultdict(list)
         self.events = self.lost = 0
@@ -75,6 +83,7 @@ class Tally:
         tenant, route = tenant[:_TEXT], route[:_TEXT]
         self.events += count
         self.minutes[(at // 60_000, tenant, route, outcome)] += count
+        self.seconds[(at // 60_000, tenant, route)][at // 1000 % SECONDS] += count
         self.totals[f"decisions_{outcome}"] += count
         if outcome == Outcome.LIMITED:
             self._rejected(event, tenant, route, gateway)
@@ -102,6 +111,7 @@ class Tally:
     def save(self) -> None:
         """Write the tally (inside the caller's transaction)."""
         self._upsert_minutes()
+        self._upsert_seconds()
         self._add_totals()
         self._keep_rejections()
 
@@ -122,6 +132,31 @@ class Tally:
                     list(column)
                     for column in zip(*((*k, v) for k, v in rows), strict=True)
                 ],
+            )
+
+    def _upsert_seconds(self) -> None:
+        if not self.seconds:
+            return
+        rows = sorted(self.seconds.items())  # one lock order for concurrent runs
+        keys = list(zip(*(key for key, _ in rows), strict=True))
+        flat = [n for _, counts in rows for n in counts]  # row i: flat[60i : 60i + 60]
+        table = DecisionPeak._meta.db_table
+        merged = (  # element by element: the same second may come in several batches
+            f"(SELECT array_agg(a + b ORDER BY i) FROM unnest({table}.seconds, "
+            "EXCLUDED.seconds) WITH ORDINALITY AS s(a, b, i))"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (minute, tenant, route, count, peak, seconds) "
+                "SELECT to_timestamp(m * 60), t, r, "
+                "(SELECT sum(n) FROM unnest(s) AS n), (SELECT max(n) FROM unnest(s) AS n), s "
+                "FROM (SELECT m, t, r, (%s::int[])[(i - 1) * 60 + 1 : i * 60] AS s "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) WITH ORDINALITY "
+                "AS v(m, t, r, i)) AS rows "
+                "ON CONFLICT (tenant, route, minute) DO UPDATE SET "
+                f"count = {table}.count + EXCLUDED.count, seconds = {merged}, "
+                f"peak = (SELECT max(n) FROM unnest({merged}) AS n)",
+                [flat, list(keys[0]), list(keys[1]), list(keys[2])],
             )
 
     def _add_totals(self) -> None:
