@@ -158,8 +158,8 @@ def test_aggregate__one_second_in_several_batches__per_second_counts_added(db):
     # its total over every outcome, and the busiest second
     (row,) = DecisionPeak.objects.all()
     assert (row.tenant, row.route, row.count, row.peak) == ("acme", "search", 46, 42)
-    assert row.seconds[5] == 42 and row.seconds[7] == 4
-    assert sum(row.seconds) == 46 and len(row.seconds) == 60
+    assert (row.seconds[5], row.seconds[7]) == (42, 4)
+    assert (sum(row.seconds), len(row.seconds)) == (46, 60)
 
 
 def test_aggregate__run_twice__nothing_counted_twice(traffic):

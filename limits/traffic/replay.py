@@ -1,0 +1,174 @@
+"""Recorded traffic replayed through token buckets: pure arithmetic, no queries.
+
+The estimate (``limits.traffic.estimate``) reads what was recorded and asks two
+questions of it here:
+
+* :func:`could_reject`: can these limits reject anything of a tenant's traffic
+  at all, judged from a few maxima (busiest second, minute, hour, day)? When
+  the answer is no, it is certain, and the traffic is not replayed.
+* :func:`replay`: how many requests the limits would have rejected, minute by
+  minute. The buckets are the client's (``sluice.bucket.geometry``: the tick,
+  increment and capacity in microseconds the Lua script uses); a request fits
+  when ``debt + increment <= capacity`` for every limit, and a rejected request
+  charges no bucket, as in ``token_bucket.lua``.
+
+How the replay can err (also in ``docs/stats.md``):
+
+* Within a second, requests are taken as evenly spread; a second's requests
+  arriving together are judged as if spread (per-limit periods of a second or
+  less are where it shows).
+* A minute whose requests could not reject even if they all came at once is
+  stepped whole, as if its requests had come evenly: the bucket it leaves is
+  the average case, not the worst.
+* Minutes recorded without their seconds (before peaks were kept) are spread
+  evenly over the minute.
+* A limit counted per user, API key or IP is replayed as if the tenant's whole
+  traffic were one client: an upper bound (the split is not recorded).
+* Requests rejected today are replayed too, as if their clients had sent them
+  anyway; clients that back off after a 429 would send fewer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sluice.bucket import geometry
+from sluice.snapshot import Dimension, Policy
+
+__all__ = [
+    "Bucket",
+    "Minute",
+    "Replayed",
+    "buckets_of",
+    "could_reject",
+    "replay",
+]
+
+_SECOND = 1_000_000  #: microseconds, the script's unit
+_MINUTE = 60 * _SECOND
+#: The windows :func:`could_reject` knows the busiest of, in seconds.
+WINDOWS = (1, 60, 3600, 86400)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One enforced limit of a policy, in the script's units (microseconds of refill)."""
+
+    increment: int  #: refill time one request takes
+    capacity: int  #: refill time of a full bucket
+    per_tenant: bool  #: counted per tenant; otherwise the replay is an upper bound
+
+
+def buckets_of(policy: Policy, *, route_cost: int) -> tuple[Bucket, ...]:
+    """The enforced (non-shadow) limits of ``policy`` as buckets; shadow limits never reject."""
+    buckets = []
+    for limit in policy.limits:
+        if limit.shadow:
+            continue
+        shape = geometry(limit, cost=limit.cost or route_cost)
+        buckets.append(
+            Bucket(shape.increment, shape.capacity, limit.dimension == Dimension.TENANT)
+        )
+    return tuple(buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class Minute:
+    """The requests of one minute of one tenant and route."""
+
+    at: int  #: minutes since the epoch
+    count: int  #: requests, every outcome
+    seconds: Sequence[int] | None = None  #: per-second counts; None: not recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What a replay found."""
+
+    seen: int  #: requests replayed
+    rejected: int  #: of them, rejected by the buckets
+    worst_minute: int | None  #: the minute (since the epoch) with most rejections
+    worst_rejected: int  #: rejections in that minute
+
+
+def could_reject(buckets: Iterable[Bucket], busiest: Sequence[int]) -> bool:
+    """Whether ``buckets`` may reject any request of traffic whose busiest aligned
+    second, minute, hour and day (``busiest``, requests, in the order of ``WINDOWS``)
+    are known.
+
+    False is certain: a window of ``g`` seconds holding at most ``M`` requests
+    puts at most ``(L / g + 2) M`` requests in any stretch of ``L`` seconds, which
+    a bucket admits whole when ``M`` requests refill within ``g`` seconds and two
+    windows' worth fit in its capacity.
+    """
+    for bucket in buckets:
+        safe = any(
+            most * bucket.increment <= window * _SECOND
+            and 2 * most * bucket.increment <= bucket.capacity
+            for window, most in zip(WINDOWS, busiest, strict=True)
+        )
+        if not safe:
+            return True
+    return False
+
+
+def _spread(count: int) -> list[int]:
+    share, extra = divmod(count, 60)
+    return [share + (1 if second < extra else 0) for second in range(60)]
+
+
+def replay(minutes: Iterable[Minute], buckets: Sequence[Bucket]) -> Replayed:
+    """Replay ``minutes`` (in time order) through ``buckets``, all full at the start."""
+    debts = [0] * len(buckets)
+    clock: int | None = None
+    seen = rejected = worst_rejected = 0
+    worst_minute = None
+    for minute in minutes:
+        start = minute.at * _MINUTE
+        if clock is not None and start > clock:
+            debts = [max(0, debt - (start - clock)) for debt in debts]
+        clock = start + _MINUTE
+        seen += minute.count
+        if all(
+            debt + minute.count * bucket.increment <= bucket.capacity
+            for debt, bucket in zip(debts, buckets, strict=True)
+        ):  # nothing of this minute can be rejected, however its requests came
+            debts = [
+                max(0, debt + minute.count * bucket.increment - _MINUTE)
+                for debt, bucket in zip(debts, buckets, strict=True)
+            ]
+            continue
+        lost = _replay_seconds(minute.seconds or _spread(minute.count), debts, buckets)
+        rejected += lost
+        if lost > worst_rejected:
+            worst_minute, worst_rejected = minute.at, lost
+    return Replayed(seen, rejected, worst_minute, worst_rejected)
+
+
+def _replay_seconds(
+    seconds: Sequence[int], debts: list[int], buckets: Sequence[Bucket]
+) -> int:
+    """Step one minute second by second (``debts`` updated in place); return rejections.
+
+    ``n`` requests evenly spread over a second arrive at ``(k + 1/2) / n``; by the
+    last of them a bucket has refilled ``(n - 1/2) / n`` of a second, so it
+    admits ``(capacity - debt + that refill) // increment`` of them at most.
+    """
+    rejected = 0
+    for count in seconds:
+        if count:
+            refill = _SECOND * (2 * count - 1) // (2 * count)
+            admitted = count
+            for debt, bucket in zip(debts, buckets, strict=True):
+                room = (bucket.capacity - debt + refill) // bucket.increment
+                admitted = min(admitted, max(0, room))
+            rejected += count - admitted
+        else:
+            admitted = 0
+        for i, bucket in enumerate(buckets):
+            debts[i] = min(
+                bucket.capacity,
+                max(0, debts[i] + admitted * bucket.increment - _SECOND),
+            )
+    return rejected
