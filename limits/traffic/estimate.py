@@ -1,0 +1,277 @@
+"""Whom a change of the rules would limit, estimated from the traffic recorded.
+
+:func:`impact_estimate` takes two rule sets and the diff between them (its
+reach: the tenants whose limits may change, ``limits.diff.impact``), reads the
+last ``SLUICE_IMPACT_DAYS`` of recorded decisions of those tenants, and for
+every tenant and route whose policy the change alters reports the requests
+seen, those rejected today (the recorded outcomes) and those the new policy's
+buckets would reject (``limits.traffic.replay``), with the worst minute.
+
+Two statements do the reading whatever the reach: one aggregate over the
+per-second rows (``DecisionPeak``) gives each series its total and its busiest
+second, minute, hour and day, which rules most series out in SQL; the rows of
+the series that remain are read in one more statement and replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import groupby
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Sum
+from django.utils import timezone
+
+from limits.choices import Outcome
+from limits.diff.diffing import RulesDiff
+from limits.models import DecisionMinute, DecisionPeak
+from limits.traffic.replay import (
+    Bucket,
+    Minute,
+    Replayed,
+    buckets_of,
+    could_reject,
+    replay,
+)
+from sluice.resolver import Resolver
+from sluice.snapshot import Rules
+
+__all__ = ["CAVEATS", "Impact", "ImpactRow", "impact_estimate"]
+
+#: How an estimate can err, as shown with every estimate (``docs/stats.md``).
+CAVEATS = (
+    "Requests within one second are taken as evenly spread; bursts shorter than a second are smoothed.",
+    "Rejected requests are replayed as if sent anyway; clients that back off after a 429 send fewer.",
+    "Limits per user, API key or IP are replayed as if the tenant were one client: an upper bound.",
+    "Concurrency caps, hot-key leases and shards, and gateways' local or fail-open modes are not replayed.",
+    "Only traffic the gateways reported counts: dropped events and anonymous traffic of unknown tenants are missing.",
+)
+
+
+@dataclass(frozen=True)
+class ImpactRow:
+    """One tenant on one route: its traffic, and what the new rules would do to it."""
+
+    tenant: str  #: "" for anonymous traffic
+    route: str  #: "" for requests that matched no route
+    seen: int  #: requests recorded in the window, every outcome
+    rejected_now: int  #: of them, rejected under the rules in force when they came
+    rejected_new: int  #: of them, rejected by the new rules' buckets (estimate)
+    worst_minute: datetime | None  #: the minute the new rules would reject most in
+    worst_minute_rejected: int
+    upper_bound: bool  #: a limit counts per user, key or IP: the estimate is a ceiling
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "route": self.route,
+            "requests": self.seen,
+            "rejected_now": self.rejected_now,
+            "rejected_new": self.rejected_new,
+            "worst_minute": self.worst_minute.isoformat()
+            if self.worst_minute
+            else None,
+            "worst_minute_rejected": self.worst_minute_rejected,
+            "upper_bound": self.upper_bound,
+        }
+
+
+@dataclass(frozen=True)
+class Impact:
+    """An estimate: every reached series with traffic whose policy changes, hardest hit first."""
+
+    since: datetime
+    until: datetime
+    rows: tuple[ImpactRow, ...]
+    tenants_reached: int  #: tenants the change reaches by scope (with traffic or not)
+    replayed: int  #: series replayed (the others could not be rejected at all)
+
+    @property
+    def days(self) -> float:
+        return (self.until - self.since) / timedelta(days=1)
+
+    @property
+    def hit(self) -> tuple[ImpactRow, ...]:
+        """Rows the new rules would reject requests of."""
+        return tuple(row for row in self.rows if row.rejected_new)
+
+    def for_tenant(self, tenant: str) -> tuple[ImpactRow, ...]:
+        return tuple(row for row in self.rows if row.tenant == tenant)
+
+    def by_tenant(self) -> list[tuple[str, int, int, int]]:
+        """(tenant, requests, rejected now, rejected new) per tenant hit, hardest first."""
+        totals: dict[str, list[int]] = {}
+        for row in self.hit:
+            sums = totals.setdefault(row.tenant, [0, 0, 0])
+            sums[0] += row.seen
+            sums[1] += row.rejected_now
+            sums[2] += row.rejected_new
+        ranked = sorted(totals.items(), key=lambda item: (-item[1][2], item[0]))
+        return [(tenant, *sums) for tenant, sums in ranked]  # type: ignore[misc]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat(),
+            "until": self.until.isoformat(),
+            "tenants_reached": self.tenants_reached,
+            "series_replayed": self.replayed,
+            "requests": sum(row.seen for row in self.rows),
+            "rejected_now": sum(row.rejected_now for row in self.rows),
+            "rejected_new": sum(row.rejected_new for row in self.rows),
+            "rows": [row.to_json() for row in self.rows],
+            "caveats": list(CAVEATS),
+        }
+
+
+@dataclass(frozen=True)
+class _Series:
+    tenant: str
+    route: str
+    seen: int
+    busiest: tuple[int, int, int, int]  #: second, minute, hour, day
+
+
+def impact_estimate(
+    *,
+    old: Rules | None,
+    new: Rules,
+    diff: RulesDiff,
+    at: datetime | None = None,
+    tenants: Iterable[str] | None = None,
+    now: datetime | None = None,
+) -> Impact:
+    """Estimate what ``new`` (in force from ``at``, default now) would have rejected of
+    the traffic of the last ``SLUICE_IMPACT_DAYS`` that ``diff`` reaches; ``tenants``
+    narrows it to those (a reminder's one tenant)."""
+    until = now or timezone.now()
+    since = until - timedelta(days=settings.SLUICE_IMPACT_DAYS)
+    reached = set(diff.affected_tenants)
+    if diff.anonymous:
+        reached.add("")
+    if tenants is not None:
+        reached &= set(tenants)
+    moment = (at or until).timestamp()
+    before = Resolver(old) if old is not None and old.policies else None
+    after = Resolver(new)
+    buckets: dict[tuple[int, int], tuple[Bucket, ...]] = {}
+    changed: dict[tuple[str, str], tuple[Bucket, ...]] = {}
+    every = _series(sorted(reached), since, until)
+    for series in every:
+        route = series.route if series.route in new.routes else None
+        policy = after.resolve(
+            tenant=series.tenant or None, route=route, now=moment
+        ).policy
+        if before is not None:
+            was = before.resolve(tenant=series.tenant or None, route=route, now=moment)
+            if was.policy.limits == policy.limits:
+                continue  # the change leaves this series' buckets as they were
+        cost = new.routes[route].cost if route else 1
+        key = (id(policy), cost)
+        if key not in buckets:
+            buckets[key] = buckets_of(policy, route_cost=cost)
+        changed[(series.tenant, series.route)] = buckets[key]
+    risky = [
+        s
+        for s in every
+        if (s.tenant, s.route) in changed
+        and could_reject(changed[(s.tenant, s.route)], s.busiest)
+    ]
+    replays = _replay_all(risky, changed, since, until)
+    limited = _limited(sorted({t for t, _ in changed}), since, until)
+    rows = []
+    for series in every:
+        key = (series.tenant, series.route)
+        if key not in changed:
+            continue
+        result = replays.get(key)
+        worst = result.worst_minute if result else None
+        rows.append(
+            ImpactRow(
+                tenant=series.tenant,
+                route=series.route,
+                seen=series.seen,
+                rejected_now=limited.get(key, 0),
+                rejected_new=result.rejected if result else 0,
+                worst_minute=datetime.fromtimestamp(worst * 60, UTC) if worst else None,
+                worst_minute_rejected=result.worst_rejected if result else 0,
+                upper_bound=not all(b.per_tenant for b in changed[key]),
+            )
+        )
+    rows.sort(key=lambda r: (-r.rejected_new, -r.seen, r.tenant, r.route))
+    return Impact(since, until, tuple(rows), len(reached), len(risky))
+
+
+def _series(tenants: list[str], since: datetime, until: datetime) -> list[_Series]:
+    """Each reached tenant's routes with traffic: totals and busiest windows, in SQL."""
+    if not tenants:
+        return []
+    table = DecisionPeak._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH h AS (SELECT tenant, route, date_trunc('hour', minute) AS hour, "
+            "sum(count) AS n, max(count) AS minute_n, max(peak) AS second_n "
+            f"FROM {table} WHERE tenant = ANY(%s) AND minute >= %s AND minute < %s "
+            "GROUP BY 1, 2, 3), "
+            "d AS (SELECT tenant, route, sum(n) AS n, max(n) AS hour_n, "
+            "max(minute_n) AS minute_n, max(second_n) AS second_n FROM h "
+            "GROUP BY tenant, route, date_trunc('day', hour)) "
+            "SELECT tenant, route, sum(n), max(second_n), max(minute_n), max(hour_n), "
+            "max(n) FROM d GROUP BY tenant, route ORDER BY tenant, route",
+            [tenants, since, until],
+        )
+        return [
+            _Series(t, r, int(n), (int(s), int(m), int(h), int(d)))
+            for t, r, n, s, m, h, d in cursor.fetchall()
+        ]
+
+
+def _replay_all(
+    risky: list[_Series],
+    buckets: dict[tuple[str, str], tuple[Bucket, ...]],
+    since: datetime,
+    until: datetime,
+) -> dict[tuple[str, str], Replayed]:
+    """Replay the series that could be rejected: their minutes read in one statement."""
+    if not risky:
+        return {}
+    table = DecisionPeak._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.tenant, p.route, (extract(epoch FROM p.minute) / 60)::bigint, "
+            f"p.count, p.seconds FROM {table} AS p "
+            "JOIN unnest(%s::text[], %s::text[]) AS s(tenant, route) "
+            "ON p.tenant = s.tenant AND p.route = s.route "
+            "WHERE p.minute >= %s AND p.minute < %s "
+            "ORDER BY p.tenant, p.route, p.minute",
+            [[s.tenant for s in risky], [s.route for s in risky], since, until],
+        )
+        rows = cursor.fetchall()
+    results = {}
+    for key, group in groupby(rows, key=lambda row: (row[0], row[1])):
+        minutes = (Minute(at, count, seconds) for _, _, at, count, seconds in group)
+        results[key] = replay(minutes, buckets[key])
+    return results
+
+
+def _limited(
+    tenants: list[str], since: datetime, until: datetime
+) -> dict[tuple[str, str], int]:
+    """Requests rejected when they came, per tenant and route (the recorded outcomes)."""
+    if not tenants:
+        return {}
+    rows = (
+        DecisionMinute.objects.filter(
+            outcome=Outcome.LIMITED,
+            tenant__in=tenants,
+            minute__gte=since,
+            minute__lt=until,
+        )
+        .values_list("tenant", "route")
+        .order_by()
+        .annotate(n=Sum("count"))
+    )
+    return {(tenant, route): n for tenant, route, n in rows}

@@ -1,0 +1,90 @@
+"""The impact estimates people read: the working copy's, and each scheduled version's.
+
+Change requests estimate theirs in ``limits.changes.previews`` (a layer above);
+both go through :func:`limits.traffic.estimate.impact_estimate`. A scheduled
+version's estimate is read by every reminder of a fan-out and by the dashboards,
+so it is kept in the cache for ``SLUICE_IMPACT_CACHE_SECONDS``, keyed by the
+version and the active version it is judged against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.core.cache import cache
+
+from limits.diff.diffing import rules_diff
+from limits.models import Snapshot
+from limits.traffic.estimate import Impact, impact_estimate
+from limits.versions.selectors import (
+    ACTIVE,
+    WORKING_COPY,
+    rules_of,
+    snapshot_active_version,
+    snapshot_rules,
+    snapshot_scheduled,
+)
+
+__all__ = [
+    "HardHit",
+    "scheduled_hardest_hit",
+    "scheduled_impact",
+    "working_copy_impact",
+]
+
+
+def working_copy_impact() -> Impact:
+    """What publishing the working copy now would do to the traffic of the last days."""
+    old, new = rules_of(ACTIVE), rules_of(WORKING_COPY)
+    assert new is not None  # the working copy always compiles to rules
+    return impact_estimate(old=old, new=new, diff=rules_diff(old, new))
+
+
+def scheduled_impact(snapshot: Snapshot) -> Impact:
+    """What scheduled version ``snapshot`` would do, judged against the active one on
+    the traffic of the last days, as of its effective time (overrides expired by
+    then count for no one); cached."""
+    key = f"impact:v{snapshot.version}:on{snapshot_active_version()}"
+    impact = cache.get(key)
+    if impact is None:
+        old, new = rules_of(ACTIVE), snapshot_rules(snapshot)
+        at = snapshot.effective_at
+        impact = impact_estimate(
+            old=old, new=new, diff=rules_diff(old, new, at=at), at=at
+        )
+        cache.set(key, impact, settings.SLUICE_IMPACT_CACHE_SECONDS)
+    return impact
+
+
+@dataclass(frozen=True)
+class HardHit:
+    """A tenant a scheduled version would reject requests of: whom to call first."""
+
+    tenant: str
+    version: int
+    effective_at: datetime  #: when the version takes effect
+    requests: int  #: requests of the estimate's window
+    rejected_now: int
+    rejected_new: int  #: what the scheduled version would have rejected
+
+    @property
+    def share(self) -> float:
+        return self.rejected_new / self.requests if self.requests else 0.0
+
+
+def scheduled_hardest_hit(*, top: int = 10) -> list[HardHit]:
+    """The tenants scheduled lowerings would hit hardest, most rejections first."""
+    hits = []
+    for snapshot in snapshot_scheduled().defer("content_gzip"):
+        if not (snapshot.diff or {}).get("lowers"):
+            continue
+        for tenant, requests, now, new in scheduled_impact(snapshot).by_tenant():
+            hits.append(
+                HardHit(
+                    tenant, snapshot.version, snapshot.effective_at, requests, now, new
+                )
+            )
+    hits.sort(key=lambda hit: (-hit.rejected_new, hit.tenant))
+    return hits[:top]
