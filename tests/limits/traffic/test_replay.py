@@ -21,8 +21,8 @@ def exact(schedule: list[int], buckets: list[Bucket]) -> int:
     rejected = 0
     for now in schedule:
         debts = [max(0, tat - now) for tat in tats]
-        if all(d + b.increment <= b.capacity for d, b in zip(debts, buckets)):
-            tats = [now + d + b.increment for d, b in zip(debts, buckets)]
+        if all(d + b.increment <= b.capacity for d, b in zip(debts, buckets, strict=True)):
+            tats = [now + d + b.increment for d, b in zip(debts, buckets, strict=True)]
         else:
             rejected += 1
     return rejected
