@@ -66,6 +66,7 @@ class DecisionPeak(models.Model):
     tenant = models.CharField(max_length=100, blank=True, help_text="Empty: anonymous.")
     route = models.CharField(max_length=100, blank=True, help_text="Empty: no route.")
     count = models.PositiveBigIntegerField(default=0, help_text="Every outcome.")
+    limited = models.PositiveBigIntegerField(default=0, help_text="Of them, limited.")
     peak = models.PositiveIntegerField(
         default=0, help_text="Decisions in the busiest second of the minute."
     )
@@ -79,6 +80,8 @@ class DecisionPeak(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "route", "minute"],
+                # the estimate's aggregate reads these from the index alone
+                include=["count", "limited", "peak"],
                 name="%(app_label)s_%(class)s_unique_tenant_route_minute",
                 violation_error_message="One row per tenant, route and minute.",
             )

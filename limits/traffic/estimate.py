@@ -8,9 +8,10 @@ seen, those rejected today (the recorded outcomes) and those the new policy's
 buckets would reject (``limits.traffic.replay``), with the worst minute.
 
 Two statements do the reading whatever the reach: one aggregate over the
-per-second rows (``DecisionPeak``) gives each series its total and its busiest
-second, minute, hour and day, which rules most series out in SQL; the rows of
-the series that remain are read in one more statement and replayed.
+per-second rows (``DecisionPeak``) gives each series, hour by hour, its total,
+its busiest minute and its busiest second, which rules most series (and most
+hours of the rest) out without reading a row's seconds; the minutes of the
+hours that remain are read in one more statement and replayed.
 """
 
 from __future__ import annotations
@@ -23,15 +24,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Sum
 from django.utils import timezone
 
-from limits.choices import Outcome
 from limits.diff.diffing import RulesDiff
-from limits.models import DecisionMinute, DecisionPeak
+from limits.models import DecisionPeak
 from limits.traffic.replay import (
     Bucket,
     Minute,
+    Quiet,
     Replayed,
     buckets_of,
     could_reject,
@@ -131,8 +131,26 @@ class Impact:
 class _Series:
     tenant: str
     route: str
-    seen: int
-    busiest: tuple[int, int, int, int]  #: second, minute, hour, day
+    #: (first minute since the epoch, requests, busiest minute, busiest second) per hour
+    hours: list[tuple[int, int, int, int]]
+    limited: int  #: requests rejected when they came
+
+    @property
+    def seen(self) -> int:
+        return sum(hour[1] for hour in self.hours)
+
+    @property
+    def busiest(self) -> tuple[int, int, int, int]:
+        """Requests in the busiest second, minute, hour and day (``replay.WINDOWS``)."""
+        days: dict[int, int] = {}
+        for at, n, _, _ in self.hours:
+            days[at // 1440] = days.get(at // 1440, 0) + n
+        return (
+            max(hour[3] for hour in self.hours),
+            max(hour[2] for hour in self.hours),
+            max(hour[1] for hour in self.hours),
+            max(days.values()),
+        )
 
 
 def impact_estimate(
@@ -181,7 +199,6 @@ def impact_estimate(
         and could_reject(changed[(s.tenant, s.route)], s.busiest)
     ]
     replays = _replay_all(risky, changed, since, until)
-    limited = _limited(sorted({t for t, _ in changed}), since, until)
     rows = []
     for series in every:
         key = (series.tenant, series.route)
@@ -194,7 +211,7 @@ def impact_estimate(
                 tenant=series.tenant,
                 route=series.route,
                 seen=series.seen,
-                rejected_now=limited.get(key, 0),
+                rejected_now=series.limited,
                 rejected_new=result.rejected if result else 0,
                 worst_minute=datetime.fromtimestamp(worst * 60, UTC) if worst else None,
                 worst_minute_rejected=result.worst_rejected if result else 0,
@@ -206,27 +223,33 @@ def impact_estimate(
 
 
 def _series(tenants: list[str], since: datetime, until: datetime) -> list[_Series]:
-    """Each reached tenant's routes with traffic: totals and busiest windows, in SQL."""
+    """Each reached tenant's routes with traffic, hour by hour, aggregated in SQL (from
+    the unique index alone: it includes the count and the peak)."""
     if not tenants:
         return []
     table = DecisionPeak._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH h AS (SELECT tenant, route, date_trunc('hour', minute) AS hour, "
-            "sum(count) AS n, max(count) AS minute_n, max(peak) AS second_n "
+            "SELECT tenant, route, "
+            "(extract(epoch FROM date_trunc('hour', minute)) / 60)::bigint AS hour, "
+            "sum(count), max(count), max(peak), sum(limited) "
             f"FROM {table} WHERE tenant = ANY(%s) AND minute >= %s AND minute < %s "
-            "GROUP BY 1, 2, 3), "
-            "d AS (SELECT tenant, route, sum(n) AS n, max(n) AS hour_n, "
-            "max(minute_n) AS minute_n, max(second_n) AS second_n FROM h "
-            "GROUP BY tenant, route, date_trunc('day', hour)) "
-            "SELECT tenant, route, sum(n), max(second_n), max(minute_n), max(hour_n), "
-            "max(n) FROM d GROUP BY tenant, route ORDER BY tenant, route",
+            "GROUP BY tenant, route, hour ORDER BY tenant, route, hour",
             [tenants, since, until],
         )
-        return [
-            _Series(t, r, int(n), (int(s), int(m), int(h), int(d)))
-            for t, r, n, s, m, h, d in cursor.fetchall()
-        ]
+        rows = cursor.fetchall()
+    series = []
+    for (tenant, route), group in groupby(rows, key=lambda row: (row[0], row[1])):
+        hours = list(group)
+        series.append(
+            _Series(
+                tenant,
+                route,
+                [(at, int(n), m, p) for _, _, at, n, m, p, _ in hours],
+                sum(int(row[6]) for row in hours),
+            )
+        )
+    return series
 
 
 def _replay_all(
@@ -235,43 +258,48 @@ def _replay_all(
     since: datetime,
     until: datetime,
 ) -> dict[tuple[str, str], Replayed]:
-    """Replay the series that could be rejected: their minutes read in one statement."""
-    if not risky:
-        return {}
-    table = DecisionPeak._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT p.tenant, p.route, (extract(epoch FROM p.minute) / 60)::bigint, "
-            f"p.count, p.seconds FROM {table} AS p "
-            "JOIN unnest(%s::text[], %s::text[]) AS s(tenant, route) "
-            "ON p.tenant = s.tenant AND p.route = s.route "
-            "WHERE p.minute >= %s AND p.minute < %s "
-            "ORDER BY p.tenant, p.route, p.minute",
-            [[s.tenant for s in risky], [s.route for s in risky], since, until],
-        )
-        rows = cursor.fetchall()
+    """Replay the series that could be rejected: the hours the new buckets admit whole
+    are stepped whole, the minutes of the others read in one statement."""
+    busy: list[tuple[str, str, int]] = []
+    for series in risky:
+        key = (series.tenant, series.route)
+        for at, n, minute_n, second_n in series.hours:
+            if could_reject(buckets[key], (second_n, minute_n, n, n)):
+                busy.append((*key, at))
+    minutes = _minutes_of(busy, since, until)
     results = {}
-    for key, group in groupby(rows, key=lambda row: (row[0], row[1])):
-        minutes = (Minute(at, count, seconds) for _, _, at, count, seconds in group)
-        results[key] = replay(minutes, buckets[key])
+    for series in risky:
+        key = (series.tenant, series.route)
+        steps: list[Minute | Quiet] = []
+        for at, n, _, _ in series.hours:
+            found = minutes.get((*key, at))
+            steps += found if found is not None else [Quiet(at, 60, n)]
+        results[key] = replay(steps, buckets[key])
     return results
 
 
-def _limited(
-    tenants: list[str], since: datetime, until: datetime
-) -> dict[tuple[str, str], int]:
-    """Requests rejected when they came, per tenant and route (the recorded outcomes)."""
-    if not tenants:
+def _minutes_of(
+    hours: list[tuple[str, str, int]], since: datetime, until: datetime
+) -> dict[tuple[str, str, int], list[Minute]]:
+    """The recorded minutes, with their seconds, of (tenant, route, hour) triples."""
+    if not hours:
         return {}
-    rows = (
-        DecisionMinute.objects.filter(
-            outcome=Outcome.LIMITED,
-            tenant__in=tenants,
-            minute__gte=since,
-            minute__lt=until,
+    tenants, routes, starts = zip(*hours, strict=True)
+    table = DecisionPeak._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.tenant, p.route, s.hour, "
+            "(extract(epoch FROM p.minute) / 60)::bigint, p.count, p.seconds "
+            f"FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS s(tenant, route, hour) "
+            f"JOIN {table} AS p ON p.tenant = s.tenant AND p.route = s.route "
+            "AND p.minute >= to_timestamp(s.hour * 60) "
+            "AND p.minute < to_timestamp((s.hour + 60) * 60) "
+            "WHERE p.minute >= %s AND p.minute < %s "
+            "ORDER BY p.tenant, p.route, p.minute",
+            [list(tenants), list(routes), list(starts), since, until],
         )
-        .values_list("tenant", "route")
-        .order_by()
-        .annotate(n=Sum("count"))
-    )
-    return {(tenant, route): n for tenant, route, n in rows}
+        rows = cursor.fetchall()
+    found: dict[tuple[str, str, int], list[Minute]] = {}
+    for tenant, route, hour, at, count, seconds in rows:
+        found.setdefault((tenant, route, hour), []).append(Minute(at, count, seconds))
+    return found

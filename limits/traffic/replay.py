@@ -19,7 +19,9 @@ How the replay can err (also in ``docs/stats.md``):
   less are where it shows).
 * A minute whose requests could not reject even if they all came at once is
   stepped whole, as if its requests had come evenly: the bucket it leaves is
-  the average case, not the worst.
+  the average case, not the worst. An hour whose traffic the limits would admit
+  whole from a full bucket (:func:`could_reject` says no) is stepped whole the
+  same way (:class:`Quiet`), even right after a busy hour.
 * Minutes recorded without their seconds (before peaks were kept) are spread
   evenly over the minute.
 * A limit counted per user, API key or IP is replayed as if the tenant's whole
@@ -39,6 +41,7 @@ from sluice.snapshot import Dimension, Policy
 __all__ = [
     "Bucket",
     "Minute",
+    "Quiet",
     "Replayed",
     "buckets_of",
     "could_reject",
@@ -83,6 +86,15 @@ class Minute:
 
 
 @dataclass(frozen=True, slots=True)
+class Quiet:
+    """A stretch of minutes the limits admit whole: only its total is needed."""
+
+    at: int  #: its first minute, since the epoch
+    minutes: int  #: its length
+    count: int  #: requests in it
+
+
+@dataclass(frozen=True, slots=True)
 class Replayed:
     """What a replay found."""
 
@@ -118,18 +130,26 @@ def _spread(count: int) -> list[int]:
     return [share + (1 if second < extra else 0) for second in range(60)]
 
 
-def replay(minutes: Iterable[Minute], buckets: Sequence[Bucket]) -> Replayed:
-    """Replay ``minutes`` (in time order) through ``buckets``, all full at the start."""
+def replay(steps: Iterable[Minute | Quiet], buckets: Sequence[Bucket]) -> Replayed:
+    """Replay ``steps`` (in time order) through ``buckets``, all full at the start."""
     debts = [0] * len(buckets)
     clock: int | None = None
     seen = rejected = worst_rejected = 0
     worst_minute = None
-    for minute in minutes:
+    for minute in steps:
         start = minute.at * _MINUTE
         if clock is not None and start > clock:
             debts = [max(0, debt - (start - clock)) for debt in debts]
-        clock = start + _MINUTE
         seen += minute.count
+        if isinstance(minute, Quiet):
+            length = minute.minutes * _MINUTE
+            clock = start + length
+            debts = [
+                max(0, debt + minute.count * bucket.increment - length)
+                for debt, bucket in zip(debts, buckets, strict=True)
+            ]
+            continue
+        clock = start + _MINUTE
         if all(
             debt + minute.count * bucket.increment <= bucket.capacity
             for debt, bucket in zip(debts, buckets, strict=True)

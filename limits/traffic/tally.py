@@ -51,6 +51,7 @@ class Tally:
         self.seconds: defaultdict[tuple[int, str, str], list[int]] = defaultdict(
             lambda: [0] * SECONDS
         )
+        self.limited: Counter[tuple[int, str, str]] = Counter()
         self.totals: Counter[str] = Counter()
         self.rejections: defaultdict[str, list[Rejection]] = defaultdict(list)
         self.events = self.lost = 0
@@ -84,6 +85,8 @@ class Tally:
         self.events += count
         self.minutes[(at // 60_000, tenant, route, outcome)] += count
         self.seconds[(at // 60_000, tenant, route)][at // 1000 % SECONDS] += count
+        if outcome == Outcome.LIMITED:
+            self.limited[(at // 60_000, tenant, route)] += count
         self.totals[f"decisions_{outcome}"] += count
         if outcome == Outcome.LIMITED:
             self._rejected(event, tenant, route, gateway)
@@ -139,6 +142,7 @@ class Tally:
             return
         rows = sorted(self.seconds.items())  # one lock order for concurrent runs
         keys = list(zip(*(key for key, _ in rows), strict=True))
+        limited = [self.limited[key] for key, _ in rows]
         flat = [n for _, counts in rows for n in counts]  # row i: flat[60i : 60i + 60]
         table = DecisionPeak._meta.db_table
         merged = (  # element by element: the same second may come in several batches
@@ -147,16 +151,17 @@ class Tally:
         )
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} (minute, tenant, route, count, peak, seconds) "
+                f"INSERT INTO {table} (minute, tenant, route, count, limited, peak, seconds) "
                 "SELECT to_timestamp(m * 60), t, r, "
-                "(SELECT sum(n) FROM unnest(s) AS n), (SELECT max(n) FROM unnest(s) AS n), s "
-                "FROM (SELECT m, t, r, (%s::int[])[(i - 1) * 60 + 1 : i * 60] AS s "
-                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) WITH ORDINALITY "
-                "AS v(m, t, r, i)) AS rows "
+                "(SELECT sum(n) FROM unnest(s) AS n), l, (SELECT max(n) FROM unnest(s) AS n), s "
+                "FROM (SELECT m, t, r, l, (%s::int[])[(i - 1) * 60 + 1 : i * 60] AS s "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[]) "
+                "WITH ORDINALITY AS v(m, t, r, l, i)) AS rows "
                 "ON CONFLICT (tenant, route, minute) DO UPDATE SET "
-                f"count = {table}.count + EXCLUDED.count, seconds = {merged}, "
+                f"count = {table}.count + EXCLUDED.count, "
+                f"limited = {table}.limited + EXCLUDED.limited, seconds = {merged}, "
                 f"peak = (SELECT max(n) FROM unnest({merged}) AS n)",
-                [flat, list(keys[0]), list(keys[1]), list(keys[2])],
+                [flat, list(keys[0]), list(keys[1]), list(keys[2]), limited],
             )
 
     def _add_totals(self) -> None:

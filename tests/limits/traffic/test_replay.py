@@ -21,7 +21,9 @@ def exact(schedule: list[int], buckets: list[Bucket]) -> int:
     rejected = 0
     for now in schedule:
         debts = [max(0, tat - now) for tat in tats]
-        if all(d + b.increment <= b.capacity for d, b in zip(debts, buckets, strict=True)):
+        if all(
+            d + b.increment <= b.capacity for d, b in zip(debts, buckets, strict=True)
+        ):
             tats = [now + d + b.increment for d, b in zip(debts, buckets, strict=True)]
         else:
             rejected += 1

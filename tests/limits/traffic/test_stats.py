@@ -158,6 +158,7 @@ def test_aggregate__one_second_in_several_batches__per_second_counts_added(db):
     # its total over every outcome, and the busiest second
     (row,) = DecisionPeak.objects.all()
     assert (row.tenant, row.route, row.count, row.peak) == ("acme", "search", 46, 42)
+    assert row.limited == 4
     assert (row.seconds[5], row.seconds[7]) == (42, 4)
     assert (sum(row.seconds), len(row.seconds)) == (46, 60)
 
