@@ -16,6 +16,7 @@ from limits.choices import Outcome
 
 __all__ = [
     "SECONDS",
+    "DecisionHour",
     "DecisionMinute",
     "DecisionPeak",
     "Rejection",
@@ -80,8 +81,6 @@ class DecisionPeak(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "route", "minute"],
-                # the estimate's aggregate reads these from the index alone
-                include=["count", "limited", "peak"],
                 name="%(app_label)s_%(class)s_unique_tenant_route_minute",
                 violation_error_message="One row per tenant, route and minute.",
             )
@@ -90,6 +89,40 @@ class DecisionPeak(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {self.tenant or '-'} {self.route or '-'}: {self.count}, peak {self.peak}/s"
+
+
+class DecisionHour(models.Model):
+    """One hour of a tenant and route in four figures: what the estimate rules series out by.
+
+    Kept exact by the aggregation from the ``DecisionPeak`` rows it writes: counts
+    only grow, so the busiest minute and second of the hour are the greatest of
+    the values its minutes ever had.
+    """
+
+    hour = models.DateTimeField(help_text="Start of the hour, UTC.")
+    tenant = models.CharField(max_length=100, blank=True, help_text="Empty: anonymous.")
+    route = models.CharField(max_length=100, blank=True, help_text="Empty: no route.")
+    count = models.PositiveBigIntegerField(default=0, help_text="Every outcome.")
+    limited = models.PositiveBigIntegerField(default=0, help_text="Of them, limited.")
+    busiest_minute = models.PositiveBigIntegerField(
+        default=0, help_text="Decisions in the busiest minute of the hour."
+    )
+    peak = models.PositiveIntegerField(
+        default=0, help_text="Decisions in the busiest second of the hour."
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "route", "hour"],
+                name="%(app_label)s_%(class)s_unique_tenant_route_hour",
+                violation_error_message="One row per tenant, route and hour.",
+            )
+        ]
+        indexes = [models.Index(fields=["hour"], name="limits_hour_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.tenant or '-'} {self.route or '-'}: {self.count}"
 
 
 class StatCounter(models.Model):

@@ -7,11 +7,11 @@ every tenant and route whose policy the change alters reports the requests
 seen, those rejected today (the recorded outcomes) and those the new policy's
 buckets would reject (``limits.traffic.replay``), with the worst minute.
 
-Two statements do the reading whatever the reach: one aggregate over the
-per-second rows (``DecisionPeak``) gives each series, hour by hour, its total,
-its busiest minute and its busiest second, which rules most series (and most
-hours of the rest) out without reading a row's seconds; the minutes of the
-hours that remain are read in one more statement and replayed.
+Three statements do the reading whatever the reach: one aggregate over the
+hourly rows (``DecisionHour``) gives each series its totals and its busiest
+second, minute, hour and day, which rules most series out; the hours of the
+series that remain rule most of their hours out; the minutes (with their
+seconds, ``DecisionPeak``) of the hours left are read and replayed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from django.db import connection
 from django.utils import timezone
 
 from limits.diff.diffing import RulesDiff
-from limits.models import DecisionPeak
+from limits.models import DecisionHour, DecisionPeak
 from limits.traffic.replay import (
     Bucket,
     Minute,
@@ -131,26 +131,11 @@ class Impact:
 class _Series:
     tenant: str
     route: str
-    #: (first minute since the epoch, requests, busiest minute, busiest second) per hour
-    hours: list[tuple[int, int, int, int]]
-    limited: int  #: requests rejected when they came
-
-    @property
-    def seen(self) -> int:
-        return sum(hour[1] for hour in self.hours)
-
-    @property
-    def busiest(self) -> tuple[int, int, int, int]:
-        """Requests in the busiest second, minute, hour and day (``replay.WINDOWS``)."""
-        days: dict[int, int] = {}
-        for at, n, _, _ in self.hours:
-            days[at // 1440] = days.get(at // 1440, 0) + n
-        return (
-            max(hour[3] for hour in self.hours),
-            max(hour[2] for hour in self.hours),
-            max(hour[1] for hour in self.hours),
-            max(days.values()),
-        )
+    seen: int  #: requests, every outcome
+    limited: int  #: of them, rejected when they came
+    busiest: tuple[
+        int, int, int, int
+    ]  #: requests in the busiest second, minute, hour, day
 
 
 def impact_estimate(
@@ -223,33 +208,29 @@ def impact_estimate(
 
 
 def _series(tenants: list[str], since: datetime, until: datetime) -> list[_Series]:
-    """Each reached tenant's routes with traffic, hour by hour, aggregated in SQL (from
-    the unique index alone: it includes the count and the peak)."""
+    """Each reached tenant's routes with traffic: totals and busiest windows, from the
+    hourly rows in one aggregate."""
     if not tenants:
         return []
-    table = DecisionPeak._meta.db_table
+    table = DecisionHour._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT tenant, route, "
-            "(extract(epoch FROM date_trunc('hour', minute)) / 60)::bigint AS hour, "
-            "sum(count), max(count), max(peak), sum(limited) "
-            f"FROM {table} WHERE tenant = ANY(%s) AND minute >= %s AND minute < %s "
-            "GROUP BY tenant, route, hour ORDER BY tenant, route, hour",
-            [tenants, since, until],
+            "SELECT tenant, route, sum(n), sum(l), max(p), max(m), max(h), max(n) FROM ("
+            "SELECT tenant, route, sum(count) AS n, sum(limited) AS l, max(peak) AS p, "
+            "max(busiest_minute) AS m, max(count) AS h "
+            f"FROM {table} WHERE tenant = ANY(%s) AND hour >= %s AND hour < %s "
+            "GROUP BY tenant, route, date_trunc('day', hour)) AS days "
+            "GROUP BY tenant, route ORDER BY tenant, route",
+            [tenants, _hour_floor(since), until],
         )
-        rows = cursor.fetchall()
-    series = []
-    for (tenant, route), group in groupby(rows, key=lambda row: (row[0], row[1])):
-        hours = list(group)
-        series.append(
-            _Series(
-                tenant,
-                route,
-                [(at, int(n), m, p) for _, _, at, n, m, p, _ in hours],
-                sum(int(row[6]) for row in hours),
-            )
-        )
-    return series
+        return [
+            _Series(t, r, int(n), int(lim), (p, int(m), int(h), int(d)))
+            for t, r, n, lim, p, m, h, d in cursor.fetchall()
+        ]
+
+
+def _hour_floor(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
 
 
 def _replay_all(
@@ -259,23 +240,51 @@ def _replay_all(
     until: datetime,
 ) -> dict[tuple[str, str], Replayed]:
     """Replay the series that could be rejected: the hours the new buckets admit whole
-    are stepped whole, the minutes of the others read in one statement."""
-    busy: list[tuple[str, str, int]] = []
-    for series in risky:
-        key = (series.tenant, series.route)
-        for at, n, minute_n, second_n in series.hours:
-            if could_reject(buckets[key], (second_n, minute_n, n, n)):
-                busy.append((*key, at))
+    are stepped whole, the minutes of the others read in one more statement."""
+    hours = _hours_of(risky, since, until)
+    busy = [
+        (tenant, route, at)
+        for (tenant, route), rows in hours.items()
+        for at, n, minute_n, second_n in rows
+        if could_reject(buckets[(tenant, route)], (second_n, minute_n, n, n))
+    ]
     minutes = _minutes_of(busy, since, until)
     results = {}
-    for series in risky:
-        key = (series.tenant, series.route)
+    for key, rows in hours.items():
         steps: list[Minute | Quiet] = []
-        for at, n, _, _ in series.hours:
+        for at, n, _, _ in rows:
             found = minutes.get((*key, at))
             steps += found if found is not None else [Quiet(at, 60, n)]
         results[key] = replay(steps, buckets[key])
     return results
+
+
+def _hours_of(
+    risky: list[_Series], since: datetime, until: datetime
+) -> dict[tuple[str, str], list[tuple[int, int, int, int]]]:
+    """(first minute, requests, busiest minute, busiest second) of each hour of ``risky``."""
+    if not risky:
+        return {}
+    table = DecisionHour._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT h.tenant, h.route, (extract(epoch FROM h.hour) / 60)::bigint, "
+            "h.count, h.busiest_minute, h.peak "
+            "FROM unnest(%s::text[], %s::text[]) AS s(tenant, route) "
+            f"JOIN {table} AS h ON h.tenant = s.tenant AND h.route = s.route "
+            "WHERE h.hour >= %s AND h.hour < %s ORDER BY h.tenant, h.route, h.hour",
+            [
+                [s.tenant for s in risky],
+                [s.route for s in risky],
+                _hour_floor(since),
+                until,
+            ],
+        )
+        rows = cursor.fetchall()
+    return {
+        key: [(at, n, m, p) for _, _, at, n, m, p in group]
+        for key, group in groupby(rows, key=lambda row: (row[0], row[1]))
+    }
 
 
 def _minutes_of(

@@ -175,20 +175,42 @@ def _replay_seconds(
     last of them a bucket has refilled ``(n - 1/2) / n`` of a second, so it
     admits ``(capacity - debt + that refill) // increment`` of them at most.
     """
+    if len(buckets) == 1:  # most policies: the same steps without the inner loops
+        debts[0], rejected = _one_bucket(seconds, debts[0], buckets[0])
+        return rejected
     rejected = 0
     for count in seconds:
+        admitted = count
         if count:
-            refill = _SECOND * (2 * count - 1) // (2 * count)
-            admitted = count
+            refill = _SECOND - _SECOND // (2 * count)
             for debt, bucket in zip(debts, buckets, strict=True):
                 room = (bucket.capacity - debt + refill) // bucket.increment
                 admitted = min(admitted, max(0, room))
             rejected += count - admitted
-        else:
-            admitted = 0
         for i, bucket in enumerate(buckets):
             debts[i] = min(
                 bucket.capacity,
                 max(0, debts[i] + admitted * bucket.increment - _SECOND),
             )
     return rejected
+
+
+def _one_bucket(seconds: Sequence[int], debt: int, bucket: Bucket) -> tuple[int, int]:
+    """:func:`_replay_seconds` for one bucket: (debt after the minute, rejections)."""
+    increment, capacity = bucket.increment, bucket.capacity
+    rejected = 0
+    for count in seconds:
+        if count:
+            room = (capacity - debt + _SECOND - _SECOND // (2 * count)) // increment
+            if room < count:
+                room = max(room, 0)
+                rejected += count - room
+                count = room
+            debt += count * increment - _SECOND
+            if debt > capacity:
+                debt = capacity
+        else:
+            debt -= _SECOND
+        if debt < 0:
+            debt = 0
+    return debt, rejected

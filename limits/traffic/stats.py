@@ -31,7 +31,13 @@ from django.utils import timezone
 
 from limits.core.store import redis_client
 from limits.gateways.keys import DECISION_GROUP, decision_stream
-from limits.models import DecisionMinute, DecisionPeak, Rejection, StreamEntry
+from limits.models import (
+    DecisionHour,
+    DecisionMinute,
+    DecisionPeak,
+    Rejection,
+    StreamEntry,
+)
 from limits.traffic.tally import Tally, entry_ms
 
 __all__ = [
@@ -149,6 +155,7 @@ def stats_prune(*, now=None) -> dict[str, int]:
     kept_from = now - settings.SLUICE_STATS_RETENTION_DAYS * days
     minutes = DecisionMinute.objects.filter(minute__lt=kept_from).delete()[0]
     peaks = DecisionPeak.objects.filter(minute__lt=kept_from).delete()[0]
+    hours = DecisionHour.objects.filter(hour__lt=kept_from).delete()[0]
     rejections = Rejection.objects.filter(
         at__lt=now - settings.SLUICE_STATS_REJECTION_RETENTION_DAYS * days
     ).delete()[0]
@@ -161,6 +168,7 @@ def stats_prune(*, now=None) -> dict[str, int]:
     return {
         "minutes": minutes,
         "peaks": peaks,
+        "hours": hours,
         "rejections": rejections,
         "ledger": old.delete()[0],
     }

@@ -5,9 +5,8 @@ does not read as the format of ``sluice.metrics`` is counted as
 malformed and skipped, so that one bad gateway can never stop the aggregation.
 
 Beside the counts per outcome, each minute of a tenant and route gets its 60
-per-second counts (``DecisionPeak``): events carry the second they were decided
-in, and a second's events may come from several gateways and batches, so the
-upsert adds the arrays element by element rather than keeping a maximum.
+per-second counts and each hour its maxima (``limits.traffic.peaks``), for the
+impact estimate.
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from typing import Any
 from django.db import connection
 
 from limits.choices import Outcome
-from limits.models import SECONDS, DecisionMinute, DecisionPeak, Rejection, StatCounter
+from limits.models import DecisionMinute, Rejection, StatCounter
+from limits.traffic.peaks import Peaks
 
 __all__ = ["Tally", "entry_ms"]
 
@@ -48,10 +48,7 @@ class Tally:
     def __init__(self, *, per_tenant: int) -> None:
         self.per_tenant = per_tenant
         self.minutes: Counter[tuple[int, str, str, str]] = Counter()
-        self.seconds: defaultdict[tuple[int, str, str], list[int]] = defaultdict(
-            lambda: [0] * SECONDS
-        )
-        self.limited: Counter[tuple[int, str, str]] = Counter()
+        self.peaks = Peaks()
         self.totals: Counter[str] = Counter()
         self.rejections: defaultdict[str, list[Rejection]] = defaultdict(list)
         self.events = self.lost = 0
@@ -84,9 +81,7 @@ class Tally:
         tenant, route = tenant[:_TEXT], route[:_TEXT]
         self.events += count
         self.minutes[(at // 60_000, tenant, route, outcome)] += count
-        self.seconds[(at // 60_000, tenant, route)][at // 1000 % SECONDS] += count
-        if outcome == Outcome.LIMITED:
-            self.limited[(at // 60_000, tenant, route)] += count
+        self.peaks.add(at, tenant, route, outcome, count)
         self.totals[f"decisions_{outcome}"] += count
         if outcome == Outcome.LIMITED:
             self._rejected(event, tenant, route, gateway)
@@ -114,7 +109,7 @@ class Tally:
     def save(self) -> None:
         """Write the tally (inside the caller's transaction)."""
         self._upsert_minutes()
-        self._upsert_seconds()
+        self.peaks.save()
         self._add_totals()
         self._keep_rejections()
 
@@ -135,33 +130,6 @@ class Tally:
                     list(column)
                     for column in zip(*((*k, v) for k, v in rows), strict=True)
                 ],
-            )
-
-    def _upsert_seconds(self) -> None:
-        if not self.seconds:
-            return
-        rows = sorted(self.seconds.items())  # one lock order for concurrent runs
-        keys = list(zip(*(key for key, _ in rows), strict=True))
-        limited = [self.limited[key] for key, _ in rows]
-        flat = [n for _, counts in rows for n in counts]  # row i: flat[60i : 60i + 60]
-        table = DecisionPeak._meta.db_table
-        merged = (  # element by element: the same second may come in several batches
-            f"(SELECT array_agg(a + b ORDER BY i) FROM unnest({table}.seconds, "
-            "EXCLUDED.seconds) WITH ORDINALITY AS s(a, b, i))"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (minute, tenant, route, count, limited, peak, seconds) "
-                "SELECT to_timestamp(m * 60), t, r, "
-                "(SELECT sum(n) FROM unnest(s) AS n), l, (SELECT max(n) FROM unnest(s) AS n), s "
-                "FROM (SELECT m, t, r, l, (%s::int[])[(i - 1) * 60 + 1 : i * 60] AS s "
-                "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bigint[]) "
-                "WITH ORDINALITY AS v(m, t, r, l, i)) AS rows "
-                "ON CONFLICT (tenant, route, minute) DO UPDATE SET "
-                f"count = {table}.count + EXCLUDED.count, "
-                f"limited = {table}.limited + EXCLUDED.limited, seconds = {merged}, "
-                f"peak = (SELECT max(n) FROM unnest({merged}) AS n)",
-                [flat, list(keys[0]), list(keys[1]), list(keys[2]), limited],
             )
 
     def _add_totals(self) -> None:

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from limits.models import (
+    DecisionHour,
     DecisionMinute,
     DecisionPeak,
     Rejection,
@@ -159,6 +160,9 @@ def test_aggregate__one_second_in_several_batches__per_second_counts_added(db):
     (row,) = DecisionPeak.objects.all()
     assert (row.tenant, row.route, row.count, row.peak) == ("acme", "search", 46, 42)
     assert row.limited == 4
+    # and its hour the same figures, as the estimate reads them
+    (hour,) = DecisionHour.objects.all()
+    assert (hour.count, hour.limited, hour.busiest_minute, hour.peak) == (46, 4, 46, 42)
     assert (row.seconds[5], row.seconds[7]) == (42, 4)
     assert (sum(row.seconds), len(row.seconds)) == (46, 60)
 
@@ -267,7 +271,13 @@ def test_prune__old_rows__deleted_and_pending_ledger_kept(
     StreamEntry.objects.update(processed_at=later - timedelta(days=10))
     removed = stats_prune(now=later)
     # Then counts and rejections are gone, and only the pending entry's id remains
-    assert removed == {"minutes": 3, "peaks": 2, "rejections": 1, "ledger": 1}
+    assert removed == {
+        "minutes": 3,
+        "peaks": 2,
+        "hours": 2,
+        "rejections": 1,
+        "ledger": 1,
+    }
     assert list(StreamEntry.objects.values_list("entry_id", flat=True)) == [
         entries[0][0]
     ]
