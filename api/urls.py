@@ -20,9 +20,11 @@ from api.views.publishing import (
     ExplainView,
     FleetView,
     SnapshotDiffView,
+    SnapshotImpactView,
     SnapshotListView,
     SnapshotPublishView,
     SnapshotRollbackView,
+    WorkingCopyImpactView,
 )
 from api.views.rules import (
     LimitViewSet,
@@ -68,6 +70,16 @@ urlpatterns = [
         name="snapshot-rollback",
     ),
     path("snapshots/diff", SnapshotDiffView.as_view(), name="snapshot-diff"),
+    path(
+        "snapshots/<int:version>/impact",
+        SnapshotImpactView.as_view(),
+        name="snapshot-impact",
+    ),
+    path(
+        "working-copy/impact",
+        WorkingCopyImpactView.as_view(),
+        name="working-copy-impact",
+    ),
     path("explain", ExplainView.as_view(), name="explain"),
     path("fleet", FleetView.as_view(), name="fleet"),
     # Change requests and rules as code

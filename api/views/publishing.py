@@ -2,11 +2,13 @@
 
 from datetime import UTC, datetime
 
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.serializers.impact import ImpactSerializer
 from api.serializers.snapshots import (
     DiffQuerySerializer,
     DiffSerializer,
@@ -22,12 +24,14 @@ from limits.gateways.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import snapshot_publish
+from limits.traffic.impacts import scheduled_impact, working_copy_impact
 from limits.versions.explain import explain
 from limits.versions.selectors import (
     snapshot_active_version,
     snapshot_diff,
     snapshot_get_active,
     snapshot_list,
+    snapshot_scheduled,
 )
 from sluice.resolver import Candidate
 from sluice.snapshot import Policy, describe_limit
@@ -112,6 +116,27 @@ class SnapshotDiffView(StrictQueryMixin, APIView):
             old=query.validated_data["old"], new=query.validated_data["new"]
         )
         return Response({**query.validated_data, **diff.to_json()})
+
+
+class WorkingCopyImpactView(APIView):
+    """Whom publishing the working copy now would limit, from the recorded traffic."""
+
+    @extend_schema(
+        operation_id="working_copy_impact", responses={200: ImpactSerializer}
+    )
+    def get(self, request):
+        return Response(ImpactSerializer(working_copy_impact().to_json()).data)
+
+
+class SnapshotImpactView(APIView):
+    """Whom a scheduled version would limit once it takes effect, from the recorded traffic."""
+
+    @extend_schema(operation_id="snapshot_impact", responses={200: ImpactSerializer})
+    def get(self, request, version: int):
+        row = get_object_or_404(
+            snapshot_scheduled().defer("content_gzip"), version=version
+        )
+        return Response(ImpactSerializer(scheduled_impact(row).to_json()).data)
 
 
 class ExplainView(StrictQueryMixin, APIView):

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from limits.diff.diffing import rules_diff
 from limits.traffic.estimate import impact_estimate
-from limits.traffic.stats import stats_apply
 from tests.client.factories import limit, policy, rules
+from tests.recorded import record
 
 pytestmark = pytest.mark.django_db
 
@@ -23,23 +22,6 @@ LOWERED = rules(
     policy("tier:pro", "search", limit("tenant", 10, 1, 10)),
     policy("tier:free", "*", limit("tenant", 5, 1, 5)),
 )
-
-
-def record(
-    tenant: str, route: str, start: datetime, per_second: list[int], outcome="allowed"
-):
-    """Stream entries of ``per_second[i]`` decisions in second ``i`` after ``start``, tallied."""
-    base = int(start.timestamp()) * 1000
-    events = [
-        [base + i * 1000, tenant, route, "tier:pro/search", 1, outcome, "", n]
-        for i, n in enumerate(per_second)
-        if n
-    ]
-    entry = (
-        f"{base}-{len(tenant)}{len(route)}{outcome[0]}",
-        {b"v": b"1", b"gw": b"gw", b"events": json.dumps(events).encode()},
-    )
-    stats_apply(entries=[entry])
 
 
 def test_estimate__lowering__reports_the_reached_series_with_would_be_rejections():
