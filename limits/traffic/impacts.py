@@ -9,9 +9,6 @@ version and the active version it is judged against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from django.conf import settings
 from django.core.cache import cache
 
@@ -22,17 +19,11 @@ from limits.versions.selectors import (
     ACTIVE,
     WORKING_COPY,
     rules_of,
-    snapshot_active_version,
+    snapshot_get_active,
     snapshot_rules,
-    snapshot_scheduled,
 )
 
-__all__ = [
-    "HardHit",
-    "scheduled_hardest_hit",
-    "scheduled_impact",
-    "working_copy_impact",
-]
+__all__ = ["scheduled_impact", "working_copy_impact"]
 
 
 def working_copy_impact() -> Impact:
@@ -46,7 +37,9 @@ def scheduled_impact(snapshot: Snapshot) -> Impact:
     """What scheduled version ``snapshot`` would do, judged against the active one on
     the traffic of the last days, as of its effective time (overrides expired by
     then count for no one); cached."""
-    key = f"impact:v{snapshot.version}:on{snapshot_active_version()}"
+    active = snapshot_get_active(light=True)
+    # row ids, not version numbers: a version number is reused by a restored database
+    key = f"impact:{snapshot.pk}:{snapshot.hash}:on:{active.pk if active else 0}"
     impact = cache.get(key)
     if impact is None:
         old, new = rules_of(ACTIVE), snapshot_rules(snapshot)
@@ -56,35 +49,3 @@ def scheduled_impact(snapshot: Snapshot) -> Impact:
         )
         cache.set(key, impact, settings.SLUICE_IMPACT_CACHE_SECONDS)
     return impact
-
-
-@dataclass(frozen=True)
-class HardHit:
-    """A tenant a scheduled version would reject requests of: whom to call first."""
-
-    tenant: str
-    version: int
-    effective_at: datetime  #: when the version takes effect
-    requests: int  #: requests of the estimate's window
-    rejected_now: int
-    rejected_new: int  #: what the scheduled version would have rejected
-
-    @property
-    def share(self) -> float:
-        return self.rejected_new / self.requests if self.requests else 0.0
-
-
-def scheduled_hardest_hit(*, top: int = 10) -> list[HardHit]:
-    """The tenants scheduled lowerings would hit hardest, most rejections first."""
-    hits = []
-    for snapshot in snapshot_scheduled().defer("content_gzip"):
-        if not (snapshot.diff or {}).get("lowers"):
-            continue
-        for tenant, requests, now, new in scheduled_impact(snapshot).by_tenant():
-            hits.append(
-                HardHit(
-                    tenant, snapshot.version, snapshot.effective_at, requests, now, new
-                )
-            )
-    hits.sort(key=lambda hit: (-hit.rejected_new, hit.tenant))
-    return hits[:top]
