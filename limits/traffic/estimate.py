@@ -7,11 +7,11 @@ every tenant and route whose policy the change alters reports the requests
 seen, those rejected today (the recorded outcomes) and those the new policy's
 buckets would reject (``limits.traffic.replay``), with the worst minute.
 
-Three statements do the reading whatever the reach: one aggregate over the
-hourly rows (``DecisionHour``) gives each series its totals and its busiest
+Three statements do the reading whatever the reach (``limits.traffic.recorded``):
+one aggregate over the hourly rows gives each series its totals and its busiest
 second, minute, hour and day, which rules most series out; the hours of the
 series that remain rule most of their hours out; the minutes (with their
-seconds, ``DecisionPeak``) of the hours left are read and replayed.
+seconds) of the hours left are read and replayed.
 """
 
 from __future__ import annotations
@@ -19,15 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import groupby
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from limits.diff.diffing import RulesDiff
-from limits.models import DecisionHour, DecisionPeak
+from limits.traffic.recorded import Series, hours_of, minutes_of, series_of
 from limits.traffic.replay import (
     Bucket,
     Minute,
@@ -127,17 +125,6 @@ class Impact:
         }
 
 
-@dataclass(frozen=True)
-class _Series:
-    tenant: str
-    route: str
-    seen: int  #: requests, every outcome
-    limited: int  #: of them, rejected when they came
-    busiest: tuple[
-        int, int, int, int
-    ]  #: requests in the busiest second, minute, hour, day
-
-
 def impact_estimate(
     *,
     old: Rules | None,
@@ -162,7 +149,7 @@ def impact_estimate(
     after = Resolver(new)
     buckets: dict[tuple[int, int], tuple[Bucket, ...]] = {}
     changed: dict[tuple[str, str], tuple[Bucket, ...]] = {}
-    every = _series(sorted(reached), since, until)
+    every = series_of(sorted(reached), since, until)
     for series in every:
         route = series.route if series.route in new.routes else None
         policy = after.resolve(
@@ -207,48 +194,22 @@ def impact_estimate(
     return Impact(since, until, tuple(rows), len(reached), len(risky))
 
 
-def _series(tenants: list[str], since: datetime, until: datetime) -> list[_Series]:
-    """Each reached tenant's routes with traffic: totals and busiest windows, from the
-    hourly rows in one aggregate."""
-    if not tenants:
-        return []
-    table = DecisionHour._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT tenant, route, sum(n), sum(l), max(p), max(m), max(h), max(n) FROM ("
-            "SELECT tenant, route, sum(count) AS n, sum(limited) AS l, max(peak) AS p, "
-            "max(busiest_minute) AS m, max(count) AS h "
-            f"FROM {table} WHERE tenant = ANY(%s) AND hour >= %s AND hour < %s "
-            "GROUP BY tenant, route, date_trunc('day', hour)) AS days "
-            "GROUP BY tenant, route ORDER BY tenant, route",
-            [tenants, _hour_floor(since), until],
-        )
-        return [
-            _Series(t, r, int(n), int(lim), (p, int(m), int(h), int(d)))
-            for t, r, n, lim, p, m, h, d in cursor.fetchall()
-        ]
-
-
-def _hour_floor(moment: datetime) -> datetime:
-    return moment.replace(minute=0, second=0, microsecond=0)
-
-
 def _replay_all(
-    risky: list[_Series],
+    risky: list[Series],
     buckets: dict[tuple[str, str], tuple[Bucket, ...]],
     since: datetime,
     until: datetime,
 ) -> dict[tuple[str, str], Replayed]:
     """Replay the series that could be rejected: the hours the new buckets admit whole
     are stepped whole, the minutes of the others read in one more statement."""
-    hours = _hours_of(risky, since, until)
+    hours = hours_of(risky, since, until)
     busy = [
         (tenant, route, at)
         for (tenant, route), rows in hours.items()
         for at, n, minute_n, second_n in rows
         if could_reject(buckets[(tenant, route)], (second_n, minute_n, n, n))
     ]
-    minutes = _minutes_of(busy, since, until)
+    minutes = minutes_of(busy, since, until)
     results = {}
     for key, rows in hours.items():
         steps: list[Minute | Quiet] = []
@@ -257,58 +218,3 @@ def _replay_all(
             steps += found if found is not None else [Quiet(at, 60, n)]
         results[key] = replay(steps, buckets[key])
     return results
-
-
-def _hours_of(
-    risky: list[_Series], since: datetime, until: datetime
-) -> dict[tuple[str, str], list[tuple[int, int, int, int]]]:
-    """(first minute, requests, busiest minute, busiest second) of each hour of ``risky``."""
-    if not risky:
-        return {}
-    table = DecisionHour._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT h.tenant, h.route, (extract(epoch FROM h.hour) / 60)::bigint, "
-            "h.count, h.busiest_minute, h.peak "
-            "FROM unnest(%s::text[], %s::text[]) AS s(tenant, route) "
-            f"JOIN {table} AS h ON h.tenant = s.tenant AND h.route = s.route "
-            "WHERE h.hour >= %s AND h.hour < %s ORDER BY h.tenant, h.route, h.hour",
-            [
-                [s.tenant for s in risky],
-                [s.route for s in risky],
-                _hour_floor(since),
-                until,
-            ],
-        )
-        rows = cursor.fetchall()
-    return {
-        key: [(at, n, m, p) for _, _, at, n, m, p in group]
-        for key, group in groupby(rows, key=lambda row: (row[0], row[1]))
-    }
-
-
-def _minutes_of(
-    hours: list[tuple[str, str, int]], since: datetime, until: datetime
-) -> dict[tuple[str, str, int], list[Minute]]:
-    """The recorded minutes, with their seconds, of (tenant, route, hour) triples."""
-    if not hours:
-        return {}
-    tenants, routes, starts = zip(*hours, strict=True)
-    table = DecisionPeak._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT p.tenant, p.route, s.hour, "
-            "(extract(epoch FROM p.minute) / 60)::bigint, p.count, p.seconds "
-            f"FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS s(tenant, route, hour) "
-            f"JOIN {table} AS p ON p.tenant = s.tenant AND p.route = s.route "
-            "AND p.minute >= to_timestamp(s.hour * 60) "
-            "AND p.minute < to_timestamp((s.hour + 60) * 60) "
-            "WHERE p.minute >= %s AND p.minute < %s "
-            "ORDER BY p.tenant, p.route, p.minute",
-            [list(tenants), list(routes), list(starts), since, until],
-        )
-        rows = cursor.fetchall()
-    found: dict[tuple[str, str, int], list[Minute]] = {}
-    for tenant, route, hour, at, count, seconds in rows:
-        found.setdefault((tenant, route, hour), []).append(Minute(at, count, seconds))
-    return found
