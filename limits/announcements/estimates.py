@@ -28,17 +28,9 @@ def tenant_estimate(impact: Impact, tenant: str) -> dict[str, Any] | None:
         "days": round(impact.days),
         "requests": sum(row.seen for row in impact.for_tenant(tenant)),
         "rejected": sum(row.rejected_new for row in rows),
+        # each route as the API shows it, without the tenant's name
         "routes": [
-            {
-                "route": row.route,
-                "requests": row.seen,
-                "rejected": row.rejected_new,
-                "worst_minute": row.worst_minute.isoformat()
-                if row.worst_minute
-                else None,
-                "worst_minute_rejected": row.worst_minute_rejected,
-                "upper_bound": row.upper_bound,
-            }
+            {key: value for key, value in row.to_json().items() if key != "tenant"}
             for row in rows
         ],
     }

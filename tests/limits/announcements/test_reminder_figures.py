@@ -63,8 +63,8 @@ def test_reminder__hit_tenant__its_own_figures_by_route_with_its_link(reminded, 
     assert (impact["requests"], impact["days"]) == (600, settings.SLUICE_IMPACT_DAYS)
     (route,) = impact["routes"]
     assert route["route"] == "search"
-    assert 150 <= route["rejected"] <= 200
-    assert impact["rejected"] == route["rejected"]
+    assert 150 <= route["rejected_new"] <= 200
+    assert impact["rejected"] == route["rejected_new"]
     # and its email the same, with a link to its private page, which shows them too
     body = emails["acme"].body
     assert (
