@@ -185,7 +185,9 @@ def impact_estimate(
                 seen=series.seen,
                 rejected_now=series.limited,
                 rejected_new=result.rejected if result else 0,
-                worst_minute=datetime.fromtimestamp(worst * 60, UTC) if worst else None,
+                worst_minute=None
+                if worst is None
+                else datetime.fromtimestamp(worst * 60, UTC),
                 worst_minute_rejected=result.worst_rejected if result else 0,
                 upper_bound=not all(b.per_tenant for b in changed[key]),
             )

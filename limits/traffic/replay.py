@@ -14,9 +14,12 @@ questions of it here:
 
 How the replay can err (also in ``docs/stats.md``):
 
-* Within a second, requests are taken as evenly spread; a second's requests
-  arriving together are judged as if spread (per-limit periods of a second or
-  less are where it shows).
+* Within a second, requests are taken as evenly spread, except at a burst's
+  edges (a second quieter than its busier neighbour), where they are taken as
+  arriving at the neighbour's rate next to it. Bursts shorter than a second,
+  or whose edges the counts do not show, are smoothed: per-second limits are
+  where it shows, and the estimate then tends to be low (by about 2 to 6 % in
+  simulations of bursts of a few seconds at random phase, up to 10 %).
 * A minute whose requests could not reject even if they all came at once is
   stepped whole, as if its requests had come evenly: the bucket it leaves is
   the average case, not the worst. An hour whose traffic the limits would admit
@@ -166,25 +169,47 @@ def replay(steps: Iterable[Minute | Quiet], buckets: Sequence[Bucket]) -> Replay
     return Replayed(seen, rejected, worst_minute, worst_rejected)
 
 
+def _active(seconds: Sequence[int], j: int) -> tuple[int, int]:
+    """(idle µs before, µs active) of second ``j``: when its requests came.
+
+    Rates change over seconds, not at their boundaries: a second quieter than
+    the next and not quieter than the previous is where a burst begins, so its
+    requests are taken as arriving at its end at the next second's rate (and the
+    mirror image where a burst ends). Otherwise they are spread over the whole
+    second. Spreading a burst's edges over whole seconds would lend the bucket
+    up to a second's refill per edge.
+    """
+    count = seconds[j]
+    before = seconds[j - 1] if j else 0
+    after = seconds[j + 1] if j + 1 < len(seconds) else 0
+    if after > count >= before:
+        active = _SECOND * count // after
+        return _SECOND - active, active
+    if before > count >= after:
+        return 0, _SECOND * count // before
+    return 0, _SECOND
+
+
 def _replay_seconds(
     seconds: Sequence[int], debts: list[int], buckets: Sequence[Bucket]
 ) -> int:
     """Step one minute second by second (``debts`` updated in place); return rejections.
 
-    ``n`` requests evenly spread over a second arrive at ``(k + 1/2) / n``; by the
-    last of them a bucket has refilled ``(n - 1/2) / n`` of a second, so it
-    admits ``(capacity - debt + that refill) // increment`` of them at most.
+    ``n`` requests evenly spread over ``active`` µs of a second (:func:`_active`)
+    arrive at ``idle + (k + 1/2) active / n``; by the last of them a bucket has
+    drained ``idle`` and refilled ``active (n - 1/2) / n``, so it admits
+    ``(capacity - debt + that refill) // increment`` of them at most.
     """
-    if len(buckets) == 1:  # most policies: the same steps without the inner loops
-        debts[0], rejected = _one_bucket(seconds, debts[0], buckets[0])
-        return rejected
     rejected = 0
-    for count in seconds:
+    for j, count in enumerate(seconds):
         admitted = count
         if count:
-            refill = _SECOND - _SECOND // (2 * count)
+            idle, active = _active(seconds, j)
+            refill = active - active // (2 * count)
             for debt, bucket in zip(debts, buckets, strict=True):
-                room = (bucket.capacity - debt + refill) // bucket.increment
+                room = (
+                    bucket.capacity - max(0, debt - idle) + refill
+                ) // bucket.increment
                 admitted = min(admitted, max(0, room))
             rejected += count - admitted
         for i, bucket in enumerate(buckets):
@@ -193,24 +218,3 @@ def _replay_seconds(
                 max(0, debts[i] + admitted * bucket.increment - _SECOND),
             )
     return rejected
-
-
-def _one_bucket(seconds: Sequence[int], debt: int, bucket: Bucket) -> tuple[int, int]:
-    """:func:`_replay_seconds` for one bucket: (debt after the minute, rejections)."""
-    increment, capacity = bucket.increment, bucket.capacity
-    rejected = 0
-    for count in seconds:
-        if count:
-            room = (capacity - debt + _SECOND - _SECOND // (2 * count)) // increment
-            if room < count:
-                room = max(room, 0)
-                rejected += count - room
-                count = room
-            debt += count * increment - _SECOND
-            if debt > capacity:
-                debt = capacity
-        else:
-            debt -= _SECOND
-        if debt < 0:
-            debt = 0
-    return debt, rejected

@@ -40,13 +40,16 @@ LOWERED = rules(
 
 
 def bursty_schedule(seconds: int, seed: int) -> list[float]:
-    """Offsets (s) of acme's searches: quiet seconds, and busy ones of 40 to 80."""
+    """Offsets (s) of acme's searches: busy stretches of 4 to 9 s at 30 to 50 a second
+    between quiet ones of 2 to 5 s at up to 5 a second, arrivals at random."""
     rng = random.Random(seed)
-    offsets = []
-    for second in range(seconds):
-        n = rng.randint(40, 80) if rng.random() < 0.35 else rng.randint(0, 6)
-        offsets += sorted(second + rng.random() for _ in range(n))
-    return sorted(offsets)
+    offsets, start, busy = [], 0.0, False
+    while start < seconds:
+        length = rng.uniform(4, 9) if busy else rng.uniform(2, 5)
+        rate = rng.uniform(30, 50) if busy else rng.uniform(0, 5)
+        offsets += [start + rng.random() * length for _ in range(int(rate * length))]
+        start, busy = start + length, not busy
+    return sorted(offset for offset in offsets if offset < seconds)
 
 
 def run(limiter: Limiter, offsets: list[float]) -> int:
@@ -68,7 +71,7 @@ def test_estimate__lowering_on_recorded_real_traffic__within_10_percent_of_the_t
     # Given 30 s of bursty searches decided under the rules in force, recorded
     client = connect(redis_server.url, timeout=1.0)
     events = DecisionEvents(client, gateway_id="gw-e2e")
-    offsets = bursty_schedule(30, seed=5)
+    offsets = bursty_schedule(30, seed=0)
     assert run(Limiter(client, snapshot(IN_FORCE), events=events), offsets) == 0
     events.flush()
     decision_stream_aggregate()
