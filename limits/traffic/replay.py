@@ -200,6 +200,9 @@ def _replay_seconds(
     drained ``idle`` and refilled ``active (n - 1/2) / n``, so it admits
     ``(capacity - debt + that refill) // increment`` of them at most.
     """
+    if len(buckets) == 1:  # most policies: the same steps, inlined (the hot loop)
+        debts[0], rejected = _one_bucket(seconds, debts[0], buckets[0])
+        return rejected
     rejected = 0
     for j, count in enumerate(seconds):
         admitted = count
@@ -218,3 +221,34 @@ def _replay_seconds(
                 max(0, debts[i] + admitted * bucket.increment - _SECOND),
             )
     return rejected
+
+
+def _one_bucket(seconds: Sequence[int], debt: int, bucket: Bucket) -> tuple[int, int]:
+    """:func:`_replay_seconds` for one bucket, :func:`_active` inlined: (debt after the
+    minute, rejections)."""
+    increment, capacity = bucket.increment, bucket.capacity
+    rejected = before = 0
+    last = len(seconds) - 1
+    for j, count in enumerate(seconds):
+        if count:
+            after = seconds[j + 1] if j < last else 0
+            drained = debt
+            if after > count >= before:
+                active = _SECOND * count // after
+                drained = max(0, debt - (_SECOND - active))
+            elif before > count >= after:
+                active = _SECOND * count // before
+            else:
+                active = _SECOND
+            room = (capacity - drained + active - active // (2 * count)) // increment
+            admitted = count
+            if room < count:
+                admitted = max(room, 0)
+                rejected += count - admitted
+            debt = min(capacity, debt + admitted * increment - _SECOND)
+        else:
+            debt -= _SECOND
+        if debt < 0:
+            debt = 0
+        before = count
+    return debt, rejected

@@ -126,6 +126,16 @@ def test_replay__bursts_starting_mid_second__edges_placed_next_to_the_burst():
     assert max(errors) <= 0.08
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_replay__one_bucket__the_same_as_with_a_bucket_that_never_binds(seed):
+    # Given bursty traffic, one limit alone, and the same with a huge second limit
+    schedule = stretches(seed, 0.4)
+    alone = [bucket(15, 1, 20)]
+    with_another = [*alone, bucket(1_000_000, 1, 1_000_000)]
+    # When both are replayed / Then the inlined one-bucket path agrees with the general one
+    assert replay(recorded(schedule), alone) == replay(recorded(schedule), with_another)
+
+
 def test_replay__idle_gap__buckets_refill():
     # Given a tenant that empties a 60/min bucket, then comes back an hour later
     buckets = [bucket(60, 60, 60)]
