@@ -226,29 +226,34 @@ def _replay_seconds(
 def _one_bucket(seconds: Sequence[int], debt: int, bucket: Bucket) -> tuple[int, int]:
     """:func:`_replay_seconds` for one bucket, :func:`_active` inlined: (debt after the
     minute, rejections)."""
-    increment, capacity = bucket.increment, bucket.capacity
+    increment, capacity, second = bucket.increment, bucket.capacity, _SECOND
     rejected = before = 0
-    last = len(seconds) - 1
-    for j, count in enumerate(seconds):
+    for count, after in zip(seconds, [*seconds[1:], 0], strict=True):
         if count:
-            after = seconds[j + 1] if j < last else 0
             drained = debt
             if after > count >= before:
-                active = _SECOND * count // after
-                drained = max(0, debt - (_SECOND - active))
+                active = second * count // after
+                drained = debt - second + active
+                if drained < 0:
+                    drained = 0
             elif before > count >= after:
-                active = _SECOND * count // before
+                active = second * count // before
             else:
-                active = _SECOND
+                active = second
             room = (capacity - drained + active - active // (2 * count)) // increment
-            admitted = count
             if room < count:
-                admitted = max(room, 0)
-                rejected += count - admitted
-            debt = min(capacity, debt + admitted * increment - _SECOND)
+                if room < 0:
+                    room = 0
+                rejected += count - room
+                count_in = room
+            else:
+                count_in = count
+            debt += count_in * increment - second
+            if debt > capacity:
+                debt = capacity
+            elif debt < 0:
+                debt = 0
         else:
-            debt -= _SECOND
-        if debt < 0:
-            debt = 0
+            debt = debt - second if debt > second else 0
         before = count
     return debt, rejected
