@@ -42,7 +42,7 @@ __all__ = ["CAVEATS", "Impact", "ImpactRow", "impact_estimate"]
 
 #: How an estimate can err, as shown with every estimate (``docs/stats.md``).
 CAVEATS = (
-    "Requests within one second are taken as evenly spread; bursts shorter than a second are smoothed.",
+    "Events carry whole seconds: bursts shorter than a second are smoothed, so with per-second limits the estimate tends to be low.",
     "Rejected requests are replayed as if sent anyway; clients that back off after a 429 send fewer.",
     "Limits per user, API key or IP are replayed as if the tenant were one client: an upper bound.",
     "Concurrency caps, hot-key leases and shards, and gateways' local or fail-open modes are not replayed.",
