@@ -75,6 +75,9 @@ def test_reminder__hit_tenant__its_own_figures_by_route_with_its_link(reminded, 
     page = client.get(url.removeprefix(settings.SLUICE_PUBLIC_URL.rstrip("/")))
     assert page.status_code == 200
     assert f"{impact['rejected']} would have been rejected" in page.content.decode()
+    path = url.removeprefix(settings.SLUICE_PUBLIC_URL.rstrip("/"))
+    (upcoming,) = client.get(path + "limits.json").json()["upcoming"]
+    assert upcoming["impact"] == impact
     # and nothing of another tenant
     assert "hooli" not in json.dumps(webhooks["acme"]) + body
 
