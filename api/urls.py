@@ -20,10 +20,12 @@ from api.views.publishing import (
     ExplainView,
     FleetView,
     SnapshotDiffView,
+    SnapshotImpactView,
     SnapshotListView,
     SnapshotPublishView,
     SnapshotRehearsalView,
     SnapshotRollbackView,
+    WorkingCopyImpactView,
 )
 from api.views.rules import (
     LimitViewSet,
@@ -74,6 +76,16 @@ urlpatterns = [
         name="snapshot-rehearsal",
     ),
     path("snapshots/diff", SnapshotDiffView.as_view(), name="snapshot-diff"),
+    path(
+        "snapshots/<int:version>/impact",
+        SnapshotImpactView.as_view(),
+        name="snapshot-impact",
+    ),
+    path(
+        "working-copy/impact",
+        WorkingCopyImpactView.as_view(),
+        name="working-copy-impact",
+    ),
     path("explain", ExplainView.as_view(), name="explain"),
     path("fleet", FleetView.as_view(), name="fleet"),
     # Change requests and rules as code

@@ -8,7 +8,9 @@ process and collects what it prints into ``var/bench/report.md``:
    against bare redis-py and alisaifee/limits in a gateway's environment
    (``bench/peers.py``, in ``var/bench/peers-venv``);
 2. scale of rules (``bench/scale.py``): 100k tenants, publish, load, resolve;
-3. snapshot polling (``bench/polling.py``) against gunicorn, on those rules;
+3. the impact estimate of a lowering reaching 1,000 tenants on 7 days of traffic
+   (``bench/impact.py``); then snapshot polling (``bench/polling.py``) against
+   gunicorn, on the rules of step 2;
 4. decisions under load (``bench/load.py``): one Redis and a 3-master cluster;
 5. accuracy under concurrency (``bench/accuracy.py``);
 6. accuracy with a stalling Redis, through the demo gateway (``bench/stall.py``);
@@ -71,6 +73,13 @@ def parts(redis_url: str) -> list[Part]:
             ("-m", "bench.scale"),
             ("--tenants", "10000", "--overrides", "2000", "--ops", "5000"),
             timeout=540,
+            django=True,
+        ),
+        Part(
+            "Impact estimate",
+            ("-m", "bench.impact"),
+            ("--tenants", "200", "--days", "2", "--repeats", "3"),
+            timeout=420,
             django=True,
         ),
         Part(

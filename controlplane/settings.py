@@ -252,6 +252,10 @@ SLUICE_STATS_REJECTION_RETENTION_DAYS = env_int(
 SLUICE_STATS_REJECTIONS_PER_TENANT = env_int("SLUICE_STATS_REJECTIONS_PER_TENANT", 200)
 #: Days the ids of aggregated stream entries are remembered (they are never counted twice).
 SLUICE_STATS_LEDGER_RETENTION_DAYS = env_int("SLUICE_STATS_LEDGER_RETENTION_DAYS", 7)
+#: Days of recorded traffic the impact estimate of a change replays (at most the retention).
+SLUICE_IMPACT_DAYS = env_int("SLUICE_IMPACT_DAYS", 7)
+#: Seconds an estimate of a scheduled version is reused by the dashboards and reminders.
+SLUICE_IMPACT_CACHE_SECONDS = env_int("SLUICE_IMPACT_CACHE_SECONDS", 300)
 #: Seconds between two runs of the beat task that prunes old statistics.
 SLUICE_STATS_PRUNE_INTERVAL = env_int("SLUICE_STATS_PRUNE_INTERVAL", 3600)
 #: A change request that lowers anyone's limits needs a second product person's approval.

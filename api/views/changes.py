@@ -10,7 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -27,6 +27,7 @@ from api.serializers.changes import (
     RulesDocumentSerializer,
     WithdrawSerializer,
 )
+from api.serializers.impact import ImpactSerializer
 from api.views.base import StrictQueryMixin, actor_from
 from limits.ascode.services import (
     RulesFileInvalid,
@@ -36,7 +37,7 @@ from limits.ascode.services import (
     rules_file_read,
 )
 from limits.changes.overrides import override_renew
-from limits.changes.previews import change_request_preview
+from limits.changes.previews import change_request_impact, change_request_preview
 from limits.changes.publishing import change_request_publish
 from limits.changes.services import (
     EditsInvalid,
@@ -164,6 +165,22 @@ class ChangeRequestViewSet(
             "carried": [r.version for r in done.carried],
         }
         return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="change_request_impact",
+        responses={200: ImpactSerializer},
+        description="Whom the request's edits would limit, estimated by replaying the "
+        "last days of recorded traffic (SLUICE_IMPACT_DAYS) through the new policies. "
+        "404 once the request is closed.",
+    )
+    @action(detail=True, methods=["get"])
+    def impact(self, request, pk=None):
+        impact = change_request_impact(self.get_object())
+        if impact is None:
+            raise exceptions.NotFound(
+                "This request is closed: its version's estimate is on the version."
+            )
+        return Response(ImpactSerializer(impact.to_json()).data)
 
     @extend_schema(
         operation_id="change_request_rebase",

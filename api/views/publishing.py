@@ -10,6 +10,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.serializers.impact import ImpactSerializer
 from api.serializers.snapshots import (
     DiffQuerySerializer,
     DiffSerializer,
@@ -27,6 +28,7 @@ from limits.gateways.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import snapshot_publish
+from limits.traffic.impacts import scheduled_impact, working_copy_impact
 from limits.traffic.rehearsal import rehearsal_figures
 from limits.versions.explain import explain
 from limits.versions.selectors import (
@@ -34,6 +36,7 @@ from limits.versions.selectors import (
     snapshot_diff,
     snapshot_get_active,
     snapshot_list,
+    snapshot_scheduled,
 )
 from sluice.resolver import Candidate
 from sluice.snapshot import Policy, describe_limit
@@ -147,6 +150,27 @@ class SnapshotRehearsalView(StrictQueryMixin, APIView):
                 "figures": [asdict(figure) for figure in figures],
             }
         )
+
+
+class WorkingCopyImpactView(APIView):
+    """Whom publishing the working copy now would limit, from the recorded traffic."""
+
+    @extend_schema(
+        operation_id="working_copy_impact", responses={200: ImpactSerializer}
+    )
+    def get(self, request):
+        return Response(ImpactSerializer(working_copy_impact().to_json()).data)
+
+
+class SnapshotImpactView(APIView):
+    """Whom a scheduled version would limit once it takes effect, from the recorded traffic."""
+
+    @extend_schema(operation_id="snapshot_impact", responses={200: ImpactSerializer})
+    def get(self, request, version: int):
+        row = get_object_or_404(
+            snapshot_scheduled().defer("content_gzip"), version=version
+        )
+        return Response(ImpactSerializer(scheduled_impact(row).to_json()).data)
 
 
 class ExplainView(StrictQueryMixin, APIView):

@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from limits.changes.overrides import override_renew
 from limits.changes.permissions import may_publish
 from limits.changes.previews import (
+    change_request_impact,
     change_request_preview,
     change_requests_waiting_for,
 )
@@ -39,6 +40,7 @@ from limits.core.roles import user_role
 from limits.diff.diffing import RulesDiff
 from limits.models import ChangeRequest, ChangeRequestState, Policy
 from limits.publishing.approval import approval_reasons
+from limits.traffic.estimate import CAVEATS
 
 from .publishing import PublishForm
 
@@ -153,6 +155,7 @@ class ChangeRequestAdmin(admin.ModelAdmin):
             and may_publish(actor, row, [(v.subject, v.key) for v in preview.edits])
             is None,
             "publish_url": reverse("admin:limits_changerequest_publish", args=[row.pk]),
+            **_impact_context(row),
         }
         return super().change_view(
             request, object_id, form_url, {**extra, **(extra_context or {})}
@@ -264,6 +267,7 @@ class ChangeRequestAdmin(admin.ModelAdmin):
             "diff": preview.diff.to_json(),
             "notice": preview.notice,
             "form": form,
+            **_impact_context(row),
         }
         return TemplateResponse(
             request, "admin/limits/changerequest/publish.html", context
@@ -338,6 +342,11 @@ def _form_errors(form: forms.Form, exc: Exception) -> None:
 
 def _stored_reasons(row: ChangeRequest) -> list[str]:
     return approval_reasons(RulesDiff.from_json(row.summary)) if row.summary else []
+
+
+def _impact_context(row: ChangeRequest) -> dict:
+    """What ``snapshot/_impact.html`` shows: whom the request would limit."""
+    return {"impact": change_request_impact(row), "caveats": CAVEATS}
 
 
 def _published_words(done) -> str:

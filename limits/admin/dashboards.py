@@ -56,6 +56,7 @@ class TrafficDashboardAdmin(ReadOnlyAdmin):
             ),
             "top_hour": dashboards.most_limited_tenants(since=hour),
             "top_day": dashboards.most_limited_tenants(since=day),
+            "hardest_hit": dashboards.scheduled_hardest_hit(),
             "fail_open_hour": dashboards.fail_open_share(since=hour),
             "fail_open_day": dashboards.fail_open_share(since=day),
             "events_lost": dashboards.events_lost(),

@@ -19,6 +19,7 @@ from limits.publishing.notice import notice_preview
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import problem_text, snapshot_publish
 from limits.rules.compiling import rules_compile
+from limits.traffic.estimate import CAVEATS, impact_estimate
 from limits.versions.explain import ExplainSource, explain
 from limits.versions.selectors import (
     ACTIVE,
@@ -159,6 +160,8 @@ def publish_view(request):
         problems=[problem_text(p) for p in validate_rules(working)],
         diff=diff.to_json(),
         notice=notice_preview(diff=diff, published_at=timezone.now()),
+        impact=impact_estimate(old=rules_of(ACTIVE), new=working, diff=diff),
+        caveats=CAVEATS,
     )
 
 

@@ -24,6 +24,8 @@ from django.utils import timezone
 
 from limits.announcements.changelog import public_changes, tenant_changes, tiers_of
 from limits.announcements.deliveries import EVENT_TYPES, deliveries_enqueue
+from limits.announcements.estimates import tenant_estimate
+from limits.announcements.tenant_links import tenant_link_url
 from limits.choices import AuditAction, DeliveryChannel, DeliveryKind, DeliveryState
 from limits.core.audit import Actor, audit_record
 from limits.core.chain import chain_lock
@@ -31,6 +33,7 @@ from limits.core.jobs import enqueue_on_commit
 from limits.core.roles import require_publisher
 from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Delivery, Snapshot, Tenant, WebhookEndpoint
+from limits.traffic.impacts import scheduled_impact
 
 __all__ = [
     "announcement_create",
@@ -158,6 +161,12 @@ def _fan_out(announcement: Announcement, kind: DeliveryKind, lead: int) -> list[
     endpoints = Prefetch(
         "webhook_endpoints", queryset=WebhookEndpoint.objects.filter(is_active=True)
     )
+    # a reminder carries the tenant's own figures: one estimate for every tenant
+    impact = (
+        scheduled_impact(announcement.snapshot)
+        if kind == DeliveryKind.REMINDER
+        else None
+    )
     for slugs in _chunks(list(diff.affected_tenants)):
         rows = []
         for tenant in Tenant.objects.filter(slug__in=slugs).prefetch_related(endpoints):
@@ -165,6 +174,9 @@ def _fan_out(announcement: Announcement, kind: DeliveryKind, lead: int) -> list[
             changes = tenant_changes(diff, tenant=tenant.slug, tiers=tiers)
             if changes:
                 payload = _payload(announcement, tenant.slug, changes, kind, lead)
+                if impact is not None:
+                    payload["impact"] = tenant_estimate(impact, tenant.slug)
+                    payload["tenant_url"] = tenant_link_url(tenant=tenant)
                 rows += _rows(announcement, tenant, payload, kind, lead)
         Delivery.objects.bulk_create(rows, ignore_conflicts=True)
     return list(

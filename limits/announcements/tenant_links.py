@@ -14,6 +14,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.core import signing
 from django.db import transaction
 from django.urls import reverse
@@ -25,12 +26,14 @@ from limits.announcements.changelog import (
     tenant_changes,
     tiers_of,
 )
+from limits.announcements.estimates import tenant_estimate
 from limits.announcements.webhooks import require_manager
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
 from limits.core.chain import chain_lock
 from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Tenant, TenantLink
+from limits.traffic.impacts import scheduled_impact
 from limits.versions.explain import EffectiveLimit, effective_limits
 from limits.versions.selectors import snapshot_get_active
 
@@ -40,6 +43,7 @@ __all__ = [
     "tenant_link_path",
     "tenant_link_resolve",
     "tenant_link_revoke",
+    "tenant_link_url",
     "tenant_overview",
 ]
 
@@ -98,6 +102,25 @@ def tenant_link_revoke(*, tenant: Tenant, actor: Actor) -> None:
     )
 
 
+def tenant_link_url(*, tenant: Tenant) -> str | None:
+    """The full URL of the tenant's private page, for a reminder: its active link, or
+    one issued now by the system (audited) when it never had one; None when its link
+    was revoked (a manager's decision a reminder does not undo)."""
+    link = TenantLink.objects.filter(tenant=tenant).first()
+    if link is None:
+        link = TenantLink.objects.create(tenant=tenant, nonce=secrets.token_urlsafe(24))
+        audit_record(
+            actor=Actor.system(),
+            action=AuditAction.TOKEN_CREATE,
+            obj=link,
+            after={"tenant": tenant.slug},
+            reason="private changelog link issued for a reminder",
+        )
+    if not link.is_active:
+        return None
+    return settings.SLUICE_PUBLIC_URL.rstrip("/") + tenant_link_path(link)
+
+
 def tenant_link_resolve(token: str) -> Tenant | None:
     """The tenant a token is for, or None: bad signature, rotated or revoked link."""
     try:
@@ -124,15 +147,18 @@ class TenantOverview:
     version: int | None  #: the version gateways enforce; None before the first publish
     limits: list[EffectiveLimit]  #: per route, resolved on that version
     upcoming: list[ChangelogEntry]  #: scheduled versions that change its limits
+    #: version -> what it would have rejected of the tenant's recent traffic (None: nothing)
+    estimates: dict[int, dict | None]
 
 
 def tenant_overview(*, tenant: Tenant) -> TenantOverview:
     """The tenant's current limits per route (the gateways' resolver on the active
-    version) and the upcoming changes that reach it, soonest first."""
+    version) and the upcoming changes that reach it, soonest first, with what each
+    lowering would have rejected of its recent traffic."""
     active = snapshot_get_active(light=True)
     version = active.version if active else None
     limits = effective_limits(tenant=tenant, source="active") if active else []
-    upcoming = []
+    upcoming, estimates = [], {}
     scheduled = Announcement.objects.select_related("snapshot").filter(
         snapshot__activated_at__isnull=True, snapshot__superseded_at__isnull=True
     )
@@ -145,4 +171,8 @@ def tenant_overview(*, tenant: Tenant) -> TenantOverview:
         tiers = {t for t in (old.get(tenant.slug), new.get(tenant.slug)) if t}
         changes = tenant_changes(diff, tenant=tenant.slug, tiers=tiers)
         upcoming.append(entry_of(announcement, version, changes))
-    return TenantOverview(tenant, version, limits, upcoming)
+        if announcement.lowers:
+            estimates[snapshot.version] = tenant_estimate(
+                scheduled_impact(snapshot), tenant.slug
+            )
+    return TenantOverview(tenant, version, limits, upcoming, estimates)

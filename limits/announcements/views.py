@@ -98,7 +98,10 @@ def tenant_json(request, token: str):
                     }
                     for row in overview.limits
                 ],
-                "upcoming": [entry.to_json() for entry in overview.upcoming],
+                "upcoming": [
+                    {**entry.to_json(), "impact": overview.estimates.get(entry.version)}
+                    for entry in overview.upcoming
+                ],
             }
         )
     )

@@ -26,12 +26,14 @@ from limits.publishing.approval import approval_reasons
 from limits.publishing.notice import NoticePreview, notice_preview
 from limits.publishing.problems import problem_text
 from limits.rules.documents import Edit, rules_with
+from limits.traffic.estimate import Impact, impact_estimate
 from limits.versions.selectors import snapshot_rules, snapshot_scheduled
 from sluice.validation import validate_rules
 
 __all__ = [
     "EditView",
     "Preview",
+    "change_request_impact",
     "change_request_preview",
     "change_requests_live",
     "change_requests_waiting_for",
@@ -143,6 +145,17 @@ def change_request_preview(request: ChangeRequest) -> Preview:
         approvals=approvals_counted(request),
         notice=notice_preview(diff=diff, published_at=timezone.now()),
     )
+
+
+def change_request_impact(request: ChangeRequest) -> Impact | None:
+    """Whom ``request``'s edits, published now on the active version, would limit, on
+    the traffic of the last days; None once the request is closed (published or
+    withdrawn: its version's estimate is on the version)."""
+    if not request.is_live:
+        return None
+    _, base = active_base()
+    rules = rules_with(base, edits_of(request))
+    return impact_estimate(old=base, new=rules, diff=rules_diff(base, rules))
 
 
 def _closed(request: ChangeRequest, edits: list[Edit]) -> Preview:

@@ -4,14 +4,27 @@ Written by ``limits.traffic.stats`` only (the Celery aggregation task), read by 
 dashboards and the Prometheus endpoint. ``StreamEntry`` is the bookkeeping that
 makes the aggregation idempotent: a stream entry is counted in the same
 transaction that records its id, and an id already recorded is never counted
-again (``docs/stats.md``).
+again (``docs/stats.md``). ``DecisionPeak`` keeps, beside the per-minute counts, how
+the minute's decisions fell into its seconds: what the impact estimate
+(``limits.traffic.estimate``) replays, since per-minute counts hide bursts.
 """
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from limits.choices import Outcome
 
-__all__ = ["DecisionMinute", "Rejection", "StatCounter", "StreamEntry"]
+__all__ = [
+    "SECONDS",
+    "DecisionHour",
+    "DecisionMinute",
+    "DecisionPeak",
+    "Rejection",
+    "StatCounter",
+    "StreamEntry",
+]
+
+SECONDS = 60  #: entries of ``DecisionPeak.seconds``: one per second of the minute
 
 
 class DecisionMinute(models.Model):
@@ -40,6 +53,76 @@ class DecisionMinute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {self.tenant or '-'} {self.route or '-'} {self.outcome}: {self.count}"
+
+
+class DecisionPeak(models.Model):
+    """Decisions of one minute for one tenant and route, every outcome, second by second.
+
+    ``seconds`` always holds 60 counts (a bound of 60 integers a row); ``peak`` is
+    their maximum, kept as a column so that the estimate can rule out a tenant in
+    aggregate SQL without reading the arrays.
+    """
+
+    minute = models.DateTimeField(help_text="Start of the minute, UTC.")
+    tenant = models.CharField(max_length=100, blank=True, help_text="Empty: anonymous.")
+    route = models.CharField(max_length=100, blank=True, help_text="Empty: no route.")
+    count = models.PositiveBigIntegerField(default=0, help_text="Every outcome.")
+    limited = models.PositiveBigIntegerField(default=0, help_text="Of them, limited.")
+    peak = models.PositiveIntegerField(
+        default=0, help_text="Decisions in the busiest second of the minute."
+    )
+    seconds = ArrayField(
+        models.PositiveIntegerField(),
+        size=SECONDS,
+        help_text="Decisions in each second of the minute, 0 to 59.",
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "route", "minute"],
+                name="%(app_label)s_%(class)s_unique_tenant_route_minute",
+                violation_error_message="One row per tenant, route and minute.",
+            )
+        ]
+        indexes = [models.Index(fields=["minute"], name="limits_peak_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.tenant or '-'} {self.route or '-'}: {self.count}, peak {self.peak}/s"
+
+
+class DecisionHour(models.Model):
+    """One hour of a tenant and route in four figures: what the estimate rules series out by.
+
+    Kept exact by the aggregation from the ``DecisionPeak`` rows it writes: counts
+    only grow, so the busiest minute and second of the hour are the greatest of
+    the values its minutes ever had.
+    """
+
+    hour = models.DateTimeField(help_text="Start of the hour, UTC.")
+    tenant = models.CharField(max_length=100, blank=True, help_text="Empty: anonymous.")
+    route = models.CharField(max_length=100, blank=True, help_text="Empty: no route.")
+    count = models.PositiveBigIntegerField(default=0, help_text="Every outcome.")
+    limited = models.PositiveBigIntegerField(default=0, help_text="Of them, limited.")
+    busiest_minute = models.PositiveBigIntegerField(
+        default=0, help_text="Decisions in the busiest minute of the hour."
+    )
+    peak = models.PositiveIntegerField(
+        default=0, help_text="Decisions in the busiest second of the hour."
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "route", "hour"],
+                name="%(app_label)s_%(class)s_unique_tenant_route_hour",
+                violation_error_message="One row per tenant, route and hour.",
+            )
+        ]
+        indexes = [models.Index(fields=["hour"], name="limits_hour_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.tenant or '-'} {self.route or '-'}: {self.count}"
 
 
 class StatCounter(models.Model):

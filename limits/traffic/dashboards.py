@@ -1,7 +1,10 @@
-"""Selectors of the traffic dashboards: who is limited, where, and how often the limiter failed open.
+"""Selectors of the traffic dashboards: who is limited, where, how often the limiter
+failed open, and whom a scheduled lowering would hit hardest.
 
 All read the per-minute rollups and the rejection log that ``limits.traffic.stats``
-writes; each is one or two grouped queries whatever the traffic.
+writes; each is one or two grouped queries whatever the traffic, except
+:func:`scheduled_hardest_hit`, which reads the (cached) impact estimate of each
+scheduled lowering (``limits.traffic.impacts``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from django.db.models import Q, QuerySet, Sum
 
 from limits.choices import Outcome
 from limits.models import DecisionMinute, Rejection, StatCounter
+from limits.traffic.impacts import scheduled_impact
+from limits.versions.selectors import snapshot_scheduled
 
 __all__ = [
     "EventsLost",
+    "HardHit",
     "Series",
     "Share",
     "TenantRow",
@@ -26,6 +32,7 @@ __all__ = [
     "minute_floor",
     "most_limited_tenants",
     "rejection_counts",
+    "scheduled_hardest_hit",
     "tenant_rejections",
     "tenant_series",
 ]
@@ -185,3 +192,35 @@ def rejection_counts(*, tenant: str) -> dict[str, int]:
         .order_by("-n")
     )
     return {row["limit"]: row["n"] for row in rows}
+
+
+@dataclass(frozen=True)
+class HardHit:
+    """A tenant a scheduled version would reject requests of: whom to call first."""
+
+    tenant: str
+    version: int
+    effective_at: datetime  #: when the version takes effect
+    requests: int  #: requests of the estimate's window
+    rejected_now: int
+    rejected_new: int  #: what the scheduled version would have rejected
+
+    @property
+    def share(self) -> float:
+        return self.rejected_new / self.requests if self.requests else 0.0
+
+
+def scheduled_hardest_hit(*, top: int = 10) -> list[HardHit]:
+    """The tenants scheduled lowerings would hit hardest, most rejections first."""
+    hits = []
+    for snapshot in snapshot_scheduled().defer("content_gzip"):
+        if not (snapshot.diff or {}).get("lowers"):
+            continue
+        for tenant, requests, now, new in scheduled_impact(snapshot).by_tenant():
+            hits.append(
+                HardHit(
+                    tenant, snapshot.version, snapshot.effective_at, requests, now, new
+                )
+            )
+    hits.sort(key=lambda hit: (-hit.rejected_new, hit.tenant))
+    return hits[:top]

@@ -31,7 +31,14 @@ from django.utils import timezone
 
 from limits.core.store import redis_client
 from limits.gateways.keys import DECISION_GROUP, decision_stream
-from limits.models import DecisionMinute, RehearsalMinute, Rejection, StreamEntry
+from limits.models import (
+    DecisionHour,
+    DecisionMinute,
+    DecisionPeak,
+    RehearsalMinute,
+    Rejection,
+    StreamEntry,
+)
 from limits.traffic.tally import Tally, entry_ms
 
 __all__ = [
@@ -138,17 +145,19 @@ def _ledger_claim(entry_ids: list[str]) -> set[str]:
 
 
 def stats_prune(*, now=None) -> dict[str, int]:
-    """Delete counts (rehearsals' too), rejections and ledger rows older than their
-    retention settings.
+    """Delete counts (per minute, per second and rehearsals'), rejections and ledger
+    rows older than their retention settings.
 
     Ledger rows of entries still pending in the stream are kept whatever their
     age: they are what keeps a pending entry from being counted twice.
     """
     now = now or timezone.now()
     days = timedelta(days=1)
-    counted_since = now - settings.SLUICE_STATS_RETENTION_DAYS * days
-    minutes = DecisionMinute.objects.filter(minute__lt=counted_since).delete()[0]
-    rehearsals = RehearsalMinute.objects.filter(minute__lt=counted_since).delete()[0]
+    kept_from = now - settings.SLUICE_STATS_RETENTION_DAYS * days
+    minutes = DecisionMinute.objects.filter(minute__lt=kept_from).delete()[0]
+    peaks = DecisionPeak.objects.filter(minute__lt=kept_from).delete()[0]
+    hours = DecisionHour.objects.filter(hour__lt=kept_from).delete()[0]
+    rehearsals = RehearsalMinute.objects.filter(minute__lt=kept_from).delete()[0]
     rejections = Rejection.objects.filter(
         at__lt=now - settings.SLUICE_STATS_REJECTION_RETENTION_DAYS * days
     ).delete()[0]
@@ -160,6 +169,8 @@ def stats_prune(*, now=None) -> dict[str, int]:
         old = old.filter(entry_ms__lt=pending)
     return {
         "minutes": minutes,
+        "peaks": peaks,
+        "hours": hours,
         "rehearsals": rehearsals,
         "rejections": rejections,
         "ledger": old.delete()[0],

@@ -3,6 +3,10 @@
 Stream entries come from gateways: every field is checked, and an event that
 does not read as the format of ``sluice.metrics`` is counted as
 malformed and skipped, so that one bad gateway can never stop the aggregation.
+
+Beside the counts per outcome, each minute of a tenant and route gets its 60
+per-second counts and each hour its maxima (``limits.traffic.peaks``), for the
+impact estimate.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from django.db import connection
 
 from limits.choices import Outcome
 from limits.models import DecisionMinute, Rejection, StatCounter
+from limits.traffic.peaks import Peaks
 from limits.traffic.rehearsal import RehearsalTally
 
 __all__ = ["Tally", "entry_ms"]
@@ -44,6 +49,7 @@ class Tally:
     def __init__(self, *, per_tenant: int) -> None:
         self.per_tenant = per_tenant
         self.minutes: Counter[tuple[int, str, str, str]] = Counter()
+        self.peaks = Peaks()
         self.totals: Counter[str] = Counter()
         self.rejections: defaultdict[str, list[Rejection]] = defaultdict(list)
         self.rehearsals = RehearsalTally()
@@ -78,6 +84,7 @@ class Tally:
         tenant, route = tenant[:_TEXT], route[:_TEXT]
         self.events += count
         self.minutes[(at // 60_000, tenant, route, outcome)] += count
+        self.peaks.add(at, tenant, route, outcome, count)
         self.totals[f"decisions_{outcome}"] += count
         if outcome == Outcome.LIMITED:
             self._rejected(event, tenant, route, gateway)
@@ -107,6 +114,7 @@ class Tally:
         self._upsert_minutes()
         if self.rehearsals.malformed:
             self.totals["rehearsals_malformed"] += self.rehearsals.malformed
+        self.peaks.save()
         self._add_totals()
         self._keep_rejections()
         self.rehearsals.save()

@@ -15,8 +15,10 @@ from limits.core.audit import Actor
 from limits.models import Delivery
 from limits.publishing.services import snapshot_publish
 from tests.celery_fixtures import wait_until
+from tests.factories import TenantFactory
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
 from tests.receiver import receiver  # noqa: F401  (a customer's endpoint)
+from tests.recorded import record
 
 pytestmark = [
     pytest.mark.celery,
@@ -79,3 +81,46 @@ def test_lowering__published_ahead__announced_then_reminded_by_worker_and_beat(
         (DeliveryKind.ANNOUNCEMENT, DeliveryState.DELIVERED),
         (DeliveryKind.REMINDER, DeliveryState.DELIVERED),
     ]
+
+
+def test_reminder__worker_and_beat__each_tenant_gets_its_own_figures(
+    rules,
+    receiver,  # noqa: F811
+    redis_client,
+    celery_worker,
+    celery_beat,
+):
+    # Given version 1; acme and hooli (both pro) with endpoints; acme searched 30 a
+    # second for 20 s an hour ago, hooli 4 a second
+    actor = Actor.system("e2e")
+    hooli = TenantFactory(slug="hooli", tier=rules["pro"])
+    snapshot_publish(actor=actor, message="v1")
+    for tenant in (rules["acme"], hooli):
+        endpoint_for(tenant, f"{receiver.url}/{tenant.slug}")
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    record("acme", "search", an_hour_ago, [30] * 20)
+    record("hooli", "search", an_hour_ago, [4] * 20)
+    # When a lowering of pro search to 20/s is published to take effect in 12 seconds
+    lower_pro_search(rules)
+    snapshot_publish(
+        actor=actor, message="v2", effective_at=timezone.now() + timedelta(seconds=12)
+    )
+    # Then beat's reminders reach both, each with its own figures only
+    reminders = wait_until(
+        lambda: (
+            len(
+                found := [
+                    e for e in _events(receiver) if e["type"] == "limits.reminder"
+                ]
+            )
+            == 2
+            and {e["tenant"]: e for e in found}
+        ),
+        why=f"two reminders to arrive\n{celery_worker.output()[-3000:]}",
+    )
+    acme, unhurt = reminders["acme"]["impact"], reminders["hooli"]["impact"]
+    assert [r["route"] for r in acme["routes"]] == ["search"]
+    assert (acme["requests"], 150 <= acme["rejected"] <= 200) == (600, True)
+    assert unhurt is None
+    assert "hooli" not in json.dumps(reminders["acme"])
+    assert "acme" not in json.dumps(reminders["hooli"])

@@ -19,6 +19,7 @@ from limits.publishing.services import snapshot_publish
 from limits.rules.documents import document_in
 from limits.versions.selectors import snapshot_rules
 from tests.factories import PolicyFactory, UserFactory
+from tests.recorded import record
 
 pytestmark = pytest.mark.django_db
 
@@ -75,6 +76,30 @@ def test_request_page__viewer__reads_it_without_buttons(
     assert "tier pro · search: per tenant: 50 / s, burst 100 → 20 / s, burst 40" in html
     assert 'value="Approve"' not in html
     assert 'id="publish-link"' not in html
+
+
+def test_request_page__lowering__whom_it_would_limit_from_recorded_traffic(
+    client, active, product_user
+):
+    # Given acme (pro) searched 30 times a second for 20 s an hour ago, and a
+    # request lowering pro's search from 50/s to 20/s
+    record("acme", "search", timezone.now() - timedelta(hours=1), [30] * 20)
+    request = _lowering(product_user, active)
+    client.force_login(product_user)
+    # When its page and its publish page are read
+    page = client.get(reverse("admin:limits_changerequest_change", args=[request.pk]))
+    publish = client.get(
+        reverse("admin:limits_changerequest_publish", args=[request.pk])
+    )
+    # Then both show acme's searches and the rejections the new limit would have made
+    for response in (page, publish):
+        rows = response.context["impact"].rows
+        assert [(r.tenant, r.route, r.seen) for r in rows] == [("acme", "search", 600)]
+        html = response.content.decode()
+        assert 'id="impact-rows"' in html
+        assert f"<strong>{rows[0].rejected_new}</strong>" in html
+        assert "How this estimate can err" in html
+    assert 150 <= rows[0].rejected_new <= 200
 
 
 def test_home_renew__support__one_click_opens_a_request_ready_to_publish(

@@ -14,6 +14,7 @@ from limits.core.audit import Actor
 from limits.core.roles import role_permissions
 from limits.models import Limit, Route, Snapshot
 from limits.publishing.services import snapshot_publish
+from tests.recorded import record
 
 # These tests are about publishing mechanics, not the notice period.
 pytestmark = pytest.mark.usefixtures("no_notice_period", "no_approval_rule")
@@ -67,6 +68,22 @@ def test_publish_page__product__diff_in_words_then_publishes(
     assert "Protect search" in detail
     assert "active" in detail
     assert "Roll back to this version" not in detail  # it is the active one
+
+
+def test_publish_page__lowering__shows_whom_it_would_limit(
+    client, product, published, rules
+):
+    # Given acme searched 30 times a second for 20 s an hour ago, and an unpublished
+    # lowering of pro search to 20/s
+    record("acme", "search", timezone.now() - timedelta(hours=1), [30] * 20)
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=20, burst=40)
+    # When product opens the Publish page
+    page = _as(client, product).get(PUBLISH)
+    # Then acme's searches show with the rejections the lowering would have made
+    (row,) = page.context["impact"].rows
+    assert (row.tenant, row.seen) == ("acme", 600)
+    assert 150 <= row.rejected_new <= 200
+    assert f"<strong>{row.rejected_new}</strong>" in page.content.decode()
 
 
 def test_publish_page__scheduled__publishes_for_later(

@@ -140,3 +140,37 @@ def test_stats_models__in_the_admin__read_only(client, product, traffic):
     assert client.get("/admin/limits/rejection/").status_code == 200
     assert client.get("/admin/limits/rejection/add/").status_code == 403
     assert client.get("/admin/limits/decisionminute/add/").status_code == 403
+
+
+def test_scheduled_hardest_hit__lowering_in_notice__tenants_it_would_limit_first(
+    rules, redis_client, admin_client
+):
+    # Given version 1; acme searched 30 a second for 20 s an hour ago, globex (its own
+    # search policy) too; and a lowering of pro search to 20/s scheduled in 15 days
+    from limits.core.audit import Actor
+    from limits.publishing.services import snapshot_publish
+    from tests.limits.announce_fixtures import lower_pro_search
+    from tests.recorded import record
+
+    snapshot_publish(actor=Actor.system(), message="v1")
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    record("acme", "search", an_hour_ago, [30] * 20)
+    record("globex", "search", an_hour_ago, [30] * 20)
+    lower_pro_search(rules)
+    scheduled = snapshot_publish(
+        actor=Actor.system(),
+        message="lower",
+        effective_at=timezone.now() + timedelta(days=15),
+    )
+    # When the call list is read
+    hits = dashboards.scheduled_hardest_hit()
+    # Then acme tops it with what the lowering would have rejected; globex is not hit
+    (hit,) = hits
+    assert (hit.tenant, hit.version, hit.requests) == ("acme", scheduled.version, 600)
+    assert 150 <= hit.rejected_new <= 200
+    # and the dashboard shows it
+    html = admin_client.get("/admin/limits/decisionminute/").content.decode()
+    section = html.split('id="hardest-hit"')[1].split("</section>")[0]
+    assert "acme" in section
+    assert f"<strong>{hit.rejected_new}</strong>" in section
+    assert "globex" not in section

@@ -10,7 +10,9 @@ import pytest
 import redis
 
 from limits.models import (
+    DecisionHour,
     DecisionMinute,
+    DecisionPeak,
     RehearsalMinute,
     Rejection,
     StatCounter,
@@ -106,6 +108,64 @@ def test_aggregate__stream_of_decisions__counted_per_minute_tenant_route_outcome
     )
     assert rejection.gateway == "gw-1"
     assert rejection.count == 3  # the three of that second, in one row
+
+
+def _entry(entry_id: str, gateway: str, events: list) -> tuple[str, dict]:
+    return entry_id, {
+        b"v": b"1",
+        b"gw": gateway.encode(),
+        b"events": json.dumps(events).encode(),
+    }
+
+
+def test_aggregate__one_second_in_several_batches__per_second_counts_added(db):
+    # Given one minute of acme's searches: second 5 decided by two gateways whose
+    # entries come in two batches, and second 7 by one
+    minute_ms = int(NOW) * 1000
+    sec = lambda n: minute_ms + n * 1000  # noqa: E731
+    first = [
+        _entry(
+            "1-0",
+            "gw-1",
+            [[sec(5), "acme", "search", "tier:pro/search", 1, "allowed", "", 30]],
+        ),
+        _entry(
+            "1-1",
+            "gw-1",
+            [
+                [
+                    sec(7),
+                    "acme",
+                    "search",
+                    "tier:pro/search",
+                    1,
+                    "limited",
+                    "tenant-min",
+                    4,
+                ]
+            ],
+        ),
+    ]
+    second = [
+        _entry(
+            "2-0",
+            "gw-2",
+            [[sec(5), "acme", "search", "tier:pro/search", 1, "allowed", "", 12]],
+        ),
+    ]
+    # When the two batches are counted
+    stats_apply(entries=first)
+    stats_apply(entries=second)
+    # Then the minute's row holds every second's count, the two gateways' added up,
+    # its total over every outcome, and the busiest second
+    (row,) = DecisionPeak.objects.all()
+    assert (row.tenant, row.route, row.count, row.peak) == ("acme", "search", 46, 42)
+    assert row.limited == 4
+    # and its hour the same figures, as the estimate reads them
+    (hour,) = DecisionHour.objects.all()
+    assert (hour.count, hour.limited, hour.busiest_minute, hour.peak) == (46, 4, 46, 42)
+    assert (row.seconds[5], row.seconds[7]) == (42, 4)
+    assert (sum(row.seconds), len(row.seconds)) == (46, 60)
 
 
 def test_aggregate__run_twice__nothing_counted_twice(traffic):
@@ -215,7 +275,14 @@ def test_prune__old_rows__deleted_and_pending_ledger_kept(
     StreamEntry.objects.update(processed_at=later - timedelta(days=10))
     removed = stats_prune(now=later)
     # Then counts and rejections are gone, and only the pending entry's id remains
-    assert removed == {"minutes": 3, "rehearsals": 1, "rejections": 1, "ledger": 1}
+    assert removed == {
+        "minutes": 3,
+        "peaks": 2,
+        "hours": 2,
+        "rehearsals": 1,
+        "rejections": 1,
+        "ledger": 1,
+    }
     assert list(StreamEntry.objects.values_list("entry_id", flat=True)) == [
         entries[0][0]
     ]
