@@ -24,6 +24,7 @@ from limits.core.audit import request_ip
 from limits.gateways.bundle import Bundle, etag_held, snapshot_bundle_get
 from limits.gateways.polling import PollOutcome, PollUnavailable, gateway_poll
 from limits.gateways.reports import GatewayReport, parse_gateway_id
+from limits.gateways.window import POLL_REDIS_TIMEOUT
 from limits.models import GatewayToken, Snapshot
 from sluice import protocol
 
@@ -245,7 +246,8 @@ def _bundle(outcome: PollOutcome) -> Bundle | None:
     etag = outcome.etag
     if etag is not None and etag in _BUNDLES:
         return _BUNDLES[etag]
-    bundle = outcome.bundle or snapshot_bundle_get()  # outcome's: built from Postgres
+    # outcome's: built from Postgres; else Redis's, within the poll path's timeout
+    bundle = outcome.bundle or snapshot_bundle_get(timeout=POLL_REDIS_TIMEOUT)
     if bundle is not None:
         if len(_BUNDLES) >= 2:
             _BUNDLES.clear()

@@ -193,6 +193,7 @@ class SnapshotSource:
                 )
                 etag = response.headers.get("ETag")
         except urllib.error.HTTPError as exc:
+            exc.close()  # the connection: a sync worker lingers until its client closes
             if exc.code == 304:
                 return self._succeeded(PollResult.NOT_MODIFIED)
             return self._failed(f"HTTP {exc.code} {exc.reason}")

@@ -168,11 +168,12 @@ def snapshot_bundle_etag() -> str | None:
     return etag.decode() if etag is not None else None
 
 
-def snapshot_bundle_get() -> Bundle | None:
+def snapshot_bundle_get(*, timeout: float | None = None) -> Bundle | None:
     """The stored bundle, rebuilt from Postgres if Redis lost it; built from
-    Postgres alone when Redis does not answer."""
+    Postgres alone when Redis does not answer (within ``timeout``, when given:
+    the poll path's, so a paused Redis cannot hold a gateway's poll)."""
     try:
-        raw = _client().hgetall(BUNDLE_KEY)
+        raw = redis_client(timeout=timeout).hgetall(BUNDLE_KEY)
     except redis.RedisError:
         return snapshot_bundle_from_postgres()
     if raw:

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from limits.core.audit import Actor
-from limits.gateways.keys import COUNTERS_KEY, FLEET_KEY
+from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY
 from limits.gateways.tokens import token_create
 from limits.gateways.window import poll_field
 from limits.models import GatewayToken
@@ -180,3 +180,72 @@ def control_plane_tier():
     from limits.models import Tier
 
     return Tier.objects.get(slug="free")
+
+
+@pytest.fixture
+def one_worker(rules, cp_redis, settings):
+    """gunicorn with a single worker (every poll meets the same memory), version 1 published."""
+    settings.REDIS_URL = cp_redis.url
+    snapshot_publish(actor=Actor.system(), message="v1")
+    secret = token_create(token=GatewayToken(name="one"), actor=Actor.system())
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": cp_redis.url,
+        "DEBUG": "0",
+        "SECRET_KEY": "tests-only",
+        "LOG_LEVEL": "ERROR",
+    }
+    server = ControlPlaneServer(env, workers=1).start()
+    yield server, secret
+    server.stop()
+
+
+def test_cp_redis_paused__process_knows_the_etag_not_the_bytes__bundle_from_postgres(
+    one_worker, cp_redis
+):
+    # Given a control plane process that has answered a 304 (it knows the
+    # bundle's ETag from Redis) but never sent the bundle's bytes
+    server, secret = one_worker
+    stored = redis.Redis.from_url(cp_redis.url)
+    etag = stored.hget(BUNDLE_KEY, "etag").decode()
+    url = f"{server.url}/api/v1/snapshot"
+    known = poll(url, secret, "gw-old", etag=etag)
+    assert known.status == 304
+    try:
+        # When its Redis stops answering and a new gateway (no ETag) polls
+        stored.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        began = time.monotonic()
+        fresh = poll(url, secret, "gw-new")
+        took = time.monotonic() - began
+    finally:
+        stored.execute_command("CLIENT", "UNPAUSE")
+        stored.close()
+    # Then it gets the bundle, built from Postgres, within the poll path's
+    # Redis timeout and a build: not after the 2 s (and retries) of other calls
+    assert fresh.status == 200
+    assert fresh.headers["ETag"].strip('W/"') == etag.strip('"')
+    assert took < 1.5
+    print(
+        f"fault: control plane's Redis paused: a new gateway's bundle in {took:.2f} s"
+    )
+
+
+def poll(url: str, secret: str, gateway: str, *, etag: str | None = None):
+    """One poll as a gateway sends it; the answer (status, headers), 304 included."""
+    import urllib.error
+    import urllib.request
+
+    headers = {"Authorization": f"Bearer {secret}", "Sluice-Gateway-Id": gateway}
+    if etag:
+        headers["If-None-Match"] = etag
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+            return answer
+    except urllib.error.HTTPError as answer:
+        # closed at once: gunicorn's sync worker lingers up to 2 s on a
+        # connection its client keeps open, and the next poll would wait for it
+        answer.close()
+        return answer
