@@ -100,7 +100,9 @@ INSTALLED_APPS = [
 MIGRATION_MODULES = {"limits": "migrations"}
 
 MIDDLEWARE = [
+    "api.middleware.ApiProblemMiddleware",  # outermost: sees every error under /api/
     "controlplane.middleware.RequestIdMiddleware",
+    "controlplane.middleware.InputGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -156,7 +158,6 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["api.permissions.RolePermission"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
@@ -164,6 +165,8 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "EXCEPTION_HANDLER": "api.exceptions.sluice_exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.BoundedJSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.BoundedLimitOffsetPagination",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Sluice API",
@@ -254,6 +257,17 @@ SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")
+
+# Input bounds (api.parsers, controlplane.middleware, api.pagination): what a request
+# may carry before it is refused with 413, 414 or 400 instead of reaching a view.
+#: Bytes of a request body; larger: 413 (the rules of 100,000 tenants are about 6 MB).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 1024)
+#: Characters of a URL (path and query); longer: 414.
+SLUICE_MAX_URL_LENGTH = 4000
+#: Nesting of JSON bodies (objects and lists); deeper: 400.
+SLUICE_JSON_MAX_DEPTH = 32
+#: The largest page a list endpoint answers (?limit=).
+SLUICE_MAX_PAGE_SIZE = 1000
 
 LOGGING = {
     "version": 1,
