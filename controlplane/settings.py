@@ -176,6 +176,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.schema.strict_request_bodies",  # write bodies refuse unknown members
+    ],
     # Several models have a field named "kind"; name each enum after its choices.
     "ENUM_NAME_OVERRIDES": {
         "LimitKindEnum": "limits.choices.LimitKind",

@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from api.serializers.strict import StrictSerializer
 from limits.models import Snapshot
 from limits.versions.explain import ExplainSource
 
@@ -52,7 +53,7 @@ class SnapshotSerializer(serializers.ModelSerializer):
         return counts if counts is not None else (row.diff or {}).get("counts", {})
 
 
-class PublishInputSerializer(serializers.Serializer):
+class PublishInputSerializer(StrictSerializer):
     message = serializers.CharField(max_length=2000, help_text="What changes and why.")
     effective_at = serializers.DateTimeField(
         required=False,
