@@ -3,6 +3,7 @@
 from datetime import UTC
 
 import django_filters
+from rest_framework import exceptions, filters
 
 from limits.models import AuditEntry, Limit, Policy, Route, Tenant
 
@@ -68,3 +69,51 @@ class AuditFilter(django_filters.FilterSet):
             "since",
             "until",
         )
+
+
+class SearchFilter(filters.SearchFilter):
+    """DRF's search, documented only on endpoints with ``search_fields`` (the others
+    refuse ``?search=`` as an unknown parameter, ``api.views.base.StrictQueryMixin``)."""
+
+    def get_schema_operation_parameters(self, view):
+        if not getattr(view, "search_fields", None):
+            return []
+        return super().get_schema_operation_parameters(view)
+
+
+class OrderingFilter(filters.OrderingFilter):
+    """DRF's ordering, documented only on endpoints with ``ordering_fields``, with the
+    fields it accepts (``-`` first for descending)."""
+
+    def get_schema_operation_parameters(self, view):
+        fields = getattr(view, "ordering_fields", None)
+        if not fields:
+            return []
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"] = {
+                "type": "string",
+                "enum": [f"{sign}{name}" for name in fields for sign in ("", "-")],
+            }
+        return parameters
+
+    def get_ordering(self, request, queryset, view):
+        """Refuse (400 naming ``ordering``) what DRF would silently ignore."""
+        given = request.query_params.get(self.ordering_param)
+        if given is not None:
+            valid = {
+                name
+                for name, _ in self.get_valid_fields(
+                    queryset, view, {"request": request}
+                )
+            }
+            wrong = [t for t in given.split(",") if t.strip().lstrip("-") not in valid]
+            if wrong:
+                raise exceptions.ValidationError(
+                    {
+                        self.ordering_param: [
+                            f"Order by one of: {', '.join(sorted(valid))}."
+                        ]
+                    }
+                )
+        return super().get_ordering(request, queryset, view)

@@ -14,7 +14,8 @@ __all__ = ["StrictModelSerializer", "StrictSerializer"]
 
 
 class StrictFieldsMixin:
-    """Refuse members of the body that are not fields of the serializer."""
+    # Refuses members of the body that are not fields of the serializer. (No docstring:
+    # the schema would show it as the description of every serializer without one.)
 
     def to_internal_value(self, data):
         if isinstance(data, Mapping):

@@ -243,7 +243,8 @@ class RulesExportView(APIView):
         operation_id="rules_export",
         responses={
             (200, "application/yaml"): OpenApiResponse(
-                OpenApiTypes.STR, description="The rules file."
+                OpenApiTypes.OBJECT,
+                description="The rules file (docs/rules.schema.json), as YAML.",
             )
         },
     )
