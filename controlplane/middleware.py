@@ -49,27 +49,28 @@ class InputGuardMiddleware:
         refusal = input_refusal(request)
         if refusal is None:
             return self.get_response(request)
-        status, detail = refusal
+        status, code, detail = refusal
         if is_api_path(request.path_info):
-            return problem_response(status, detail=detail)
+            return problem_response(status, code=code, detail=detail)
         page = f"<!doctype html><title>{status}</title><h1>{escape(detail)}</h1>"
         return HttpResponse(page, status=status)
 
 
-def input_refusal(request) -> tuple[int, str] | None:
-    """(status, why) when ``request`` is refused by :class:`InputGuardMiddleware`."""
+def input_refusal(request) -> tuple[int, str, str] | None:
+    """(status, error code, why) when ``request`` is refused by :class:`InputGuardMiddleware`."""
     query = request.META.get("QUERY_STRING", "")
     if "\x00" in request.path_info or "%00" in query or "\x00" in query:
-        return 400, "A NUL character (%00) in the URL is refused."
+        return 400, "invalid", "A NUL character (%00) in the URL is refused."
     longest = settings.SLUICE_MAX_URL_LENGTH
     if len(request.get_full_path()) > longest:
-        return 414, f"The URL is longer than {longest} characters."
+        return 414, "url_too_long", f"The URL is longer than {longest} characters."
     length = request.META.get("CONTENT_LENGTH") or "0"
     if not length.isdigit():
-        return 400, f"Content-Length {length[:20]!r} is not a number of bytes."
+        return 400, "invalid", f"Content-Length {length[:20]!r} is not a number."
     if int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
         return (
             413,
+            "body_too_large",
             f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.",
         )
     return None
