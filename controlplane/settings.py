@@ -160,7 +160,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["api.permissions.RolePermission"],
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "api.filters.FilterBackend",
         "api.filters.SearchFilter",
         "api.filters.OrderingFilter",
     ],

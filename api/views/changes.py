@@ -15,6 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.filters import StrictFilterSet
 from api.permissions import AnyRole
 from api.serializers.changes import (
     ChangeRequestInSerializer,
@@ -50,7 +51,7 @@ from limits.changes.services import (
 from limits.models import ChangeOrigin, ChangeRequest, ChangeRequestState, Policy
 
 
-class ChangeRequestFilter(django_filters.FilterSet):
+class ChangeRequestFilter(StrictFilterSet):
     state = django_filters.ChoiceFilter(choices=ChangeRequestState.choices)
     author = django_filters.CharFilter(field_name="author_name")
     origin = django_filters.ChoiceFilter(choices=ChangeOrigin.choices)

@@ -180,3 +180,21 @@ def test_admin_dashboard__plain_query__still_answers(client, product_user, rules
     client.force_login(product_user)
     response = client.get(reverse("admin:limits_decisionminute_changelist"))
     assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "query", ["policies?all_routes=0.5", "limits?shadow=maybe", "policies?override=2"]
+)
+def test_list__boolean_filter_neither_true_nor_false__400_naming_it(
+    api, viewer_user, rules, query
+):
+    response = api.as_user(viewer_user).get(f"{B}/{query}")
+    assert list(_problem(response, 400)["fields"]) == [
+        query.split("?")[1].split("=")[0]
+    ]
+
+
+def test_list__boolean_filter_true__filters(api, viewer_user, rules):
+    response = api.as_user(viewer_user).get(f"{B}/policies?all_routes=true")
+    assert response.status_code == 200
+    assert {p["route"] for p in response.json()["results"]} == {None}
