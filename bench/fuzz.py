@@ -19,6 +19,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -169,6 +170,8 @@ def main() -> None:
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "var" / "fuzz"))
     options = parser.parse_args()
+    # Stopped (SIGTERM), still stop gunicorn, redis-server and schemathesis.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     redis, port, workdir = start_redis(None)
