@@ -10,7 +10,7 @@ COPY api ./api
 COPY gateway ./gateway
 COPY migrations ./migrations
 COPY templates ./templates
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 RUN pip install --no-cache-dir ./client -e . && python manage.py collectstatic --noinput
 EXPOSE 8000
 CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4"]
