@@ -24,7 +24,7 @@ from limits.core.audit import request_ip
 from limits.gateways.bundle import Bundle, snapshot_bundle_get
 from limits.gateways.polling import PollOutcome, PollUnavailable, gateway_poll
 from limits.gateways.reports import GatewayReport, parse_gateway_id, parse_version
-from limits.gateways.window import version_published
+from limits.gateways.window import poll_window_saw_version, version_published
 from limits.models import GatewayToken, Snapshot
 from sluice import protocol
 
@@ -253,6 +253,7 @@ def _bundle(outcome: PollOutcome) -> Bundle | None:
         return _BUNDLES[etag]
     bundle = outcome.bundle or snapshot_bundle_get()  # outcome's: built from Postgres
     if bundle is not None:
+        poll_window_saw_version(bundle.generation[0])
         if len(_BUNDLES) >= 2:
             _BUNDLES.clear()
         _BUNDLES[bundle.etag] = bundle

@@ -150,12 +150,21 @@ def poll_window_reset(*, drop_reports: bool = False) -> None:
             window.reports, window.polls = {}, {}
 
 
+def poll_window_saw_version(version: int) -> None:
+    """Remember that ``version`` is published (the highest a bundle served here was built
+    from), so reports naming it are checked without a query."""
+    window = poll_window()
+    with window.lock:
+        window.published = max(window.published, version)
+
+
 def version_published(version: int) -> bool:
     """Whether ``version`` is at most the latest published version.
 
-    Asks Postgres only for a version above the highest this process has seen (a
-    version published since, or a report that is wrong), so the polls of a fleet
-    in sync query nothing. Without Postgres the version is believed.
+    Asks Postgres only for a version above the highest this process has seen in a
+    bundle it served or a query (a version published since, or a report that is
+    wrong), so the polls of a fleet in sync query nothing. Without Postgres the
+    version is believed.
     """
     window = poll_window()
     if version <= window.published:
