@@ -34,7 +34,7 @@ def test_rule_save__route_with_another_routes_method_and_path__path_pattern_erro
     assert not Route.objects.filter(slug="search-copy").exists()
 
 
-def test_rule_save__same_path_other_method_or_parameter_name__accepted(rules):
+def test_rule_save__same_path__other_method_accepted_renamed_parameter_refused(rules):
     rule_save(
         obj=Route(slug="search-post", methods=["POST"], path_pattern="/v1/search"),
         actor=Actor.system(),
