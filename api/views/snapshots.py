@@ -248,15 +248,15 @@ _BUNDLES: dict[str, Bundle] = {}
 
 
 def _bundle(outcome: PollOutcome) -> Bundle | None:
-    etag = outcome.etag
-    if etag is not None and etag in _BUNDLES:
-        return _BUNDLES[etag]
-    bundle = outcome.bundle or snapshot_bundle_get()  # outcome's: built from Postgres
-    if bundle is not None:
+    bundle = _BUNDLES.get(outcome.etag) if outcome.etag is not None else None
+    if bundle is None:
+        bundle = outcome.bundle or snapshot_bundle_get()  # outcome's: from Postgres
+        if bundle is not None:
+            if len(_BUNDLES) >= 2:
+                _BUNDLES.clear()
+            _BUNDLES[bundle.etag] = bundle
+    if bundle is not None:  # what reports may name from now on, without a query
         poll_window_saw_version(bundle.generation[0])
-        if len(_BUNDLES) >= 2:
-            _BUNDLES.clear()
-        _BUNDLES[bundle.etag] = bundle
     return bundle
 
 
