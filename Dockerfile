@@ -10,7 +10,7 @@ COPY api ./api
 COPY gateway ./gateway
 COPY migrations ./migrations
 COPY templates ./templates
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 # collectstatic reads the settings, which refuse to load without a SECRET_KEY when DEBUG
 # is off: a throw-away one for the build (the running containers get theirs).
 RUN pip install --no-cache-dir ./client -e . && \

@@ -10,7 +10,7 @@ DEV_ENV := DEBUG=$${DEBUG:-1} SLUICE_WEBHOOK_ALLOW_PRIVATE=$${SLUICE_WEBHOOK_ALL
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
-.PHONY: install setup run test check lint format bench gateway traffic clean
+.PHONY: install setup run test check lint format bench fuzz gateway traffic clean
 
 $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,14 @@ traffic: install
 # BENCH_ARGS="--quick" for a smoke run, "--only polling" for one part.
 bench: install
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# schemathesis against gunicorn on a database of its own (<DATABASE_URL's name>_fuzz_bench):
+# every phase and check, FUZZ_ARGS (default 200 examples per operation), as admin, viewer and
+# gateway; figures per role, logs in var/fuzz/ (docs/benchmarks.md). Fails on a 5xx or a
+# response the schema does not document.
+FUZZ_ARGS ?= --max-examples 200
+fuzz: install
+	$(PY) -m bench.fuzz $(FUZZ_ARGS)
 
 format: install
 	$(VENV)/bin/ruff format .

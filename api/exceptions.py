@@ -1,19 +1,40 @@
-"""One error shape for every failure: ``{"error": code, "detail": message, "fields": {...}}``."""
+"""DRF's exception handler, answering every error in the API's one shape (``api.problems``).
 
+Django's and the domain's exceptions are turned into DRF's first, so none of
+them reaches Django as a 500: a validation error is a 400 with ``fields``, a
+row deleted while a request wrote it a 404, a write that lost a race on a
+unique constraint a 409, a body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413.
+"""
+
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler
 
 from limits.core.audit import StaleRevision
 
 from .etags import etag_for
+from .problems import PROBLEM_CONTENT_TYPE, problem
 
 
 class PreconditionFailed(exceptions.APIException):
     status_code = status.HTTP_412_PRECONDITION_FAILED
     default_detail = "The object changed since you read it; fetch it again and retry."
     default_code = "precondition_failed"
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Another request changed the same data at the same time; fetch it again and retry."
+    default_code = "conflict"
+
+
+class BodyTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "body_too_large"
 
 
 def _from_django(exc):
@@ -25,11 +46,17 @@ def _from_django(exc):
         return exceptions.PermissionDenied(str(exc) or None)
     if isinstance(exc, StaleRevision):
         return PreconditionFailed(str(exc))
+    if isinstance(exc, ObjectDoesNotExist):  # deleted by another request meanwhile
+        return exceptions.NotFound(str(exc) or None)
+    if isinstance(exc, IntegrityError):
+        return Conflict()
+    if isinstance(exc, RequestDataTooBig):
+        return BodyTooLarge(str(exc) or None)
     return exc
 
 
 def sluice_exception_handler(exc, context):
-    """DRF's handler, fed Django's exceptions too, with the body reshaped."""
+    """DRF's handler, fed Django's exceptions too, with the body a problem document."""
     converted = _from_django(exc)
     response = exception_handler(converted, context)
     if response is None:
@@ -40,11 +67,12 @@ def sluice_exception_handler(exc, context):
             if isinstance(converted.detail, dict)
             else {"non_field_errors": converted.detail}
         )
-        response.data = {
-            "error": "invalid",
-            "detail": "Some fields are not valid.",
-            "fields": fields,
-        }
+        response.data = problem(
+            response.status_code,
+            detail="Some fields are not valid.",
+            code="invalid",
+            fields=fields,
+        )
     else:
         detail = (
             response.data.get("detail", "")
@@ -54,7 +82,8 @@ def sluice_exception_handler(exc, context):
         code = getattr(detail, "code", None) or getattr(
             converted, "default_code", "error"
         )
-        response.data = {"error": code, "detail": str(detail)}
+        response.data = problem(response.status_code, detail=str(detail), code=code)
+    response.content_type = PROBLEM_CONTENT_TYPE
     if isinstance(exc, StaleRevision):
         response["ETag"] = etag_for(exc.current)
     return response

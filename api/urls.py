@@ -1,6 +1,6 @@
 """Routes of the REST API under /api/v1/."""
 
-from django.urls import path
+from django.urls import path, register_converter
 from rest_framework.routers import DefaultRouter
 
 from api.views.announcements import (
@@ -39,6 +39,33 @@ from api.views.tokens import ApiTokenViewSet, GatewayTokenViewSet
 
 app_name = "api"
 
+
+class VersionConverter:
+    """A version number in its column's range (``<version:...>``), else no match: a 404,
+    never a query Postgres refuses (Django's ``<int:>`` takes any length)."""
+
+    regex = "[0-9]{1,10}"
+    largest = 2**31 - 1  #: Snapshot.version is an integer column
+
+    def to_python(self, value: str) -> int:
+        if int(value) > self.largest:
+            raise ValueError(value)
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+class IdConverter(VersionConverter):
+    """A row id (``<id:...>``): a bigint."""
+
+    regex = "[0-9]{1,18}"
+    largest = 2**63 - 1
+
+
+register_converter(VersionConverter, "version")
+register_converter(IdConverter, "id")
+
 router = DefaultRouter(trailing_slash=False)
 router.include_root_view = False
 router.register("tiers", TierViewSet)
@@ -58,7 +85,7 @@ urlpatterns = [
     # Gateways
     path("snapshot", SnapshotBundleView.as_view(), name="snapshot-bundle"),
     path(
-        "snapshots/<int:version>",
+        "snapshots/<version:version>",
         SnapshotDocumentView.as_view(),
         name="snapshot-document",
     ),
@@ -66,7 +93,7 @@ urlpatterns = [
     path("snapshots", SnapshotListView.as_view(), name="snapshot-list"),
     path("snapshots/publish", SnapshotPublishView.as_view(), name="snapshot-publish"),
     path(
-        "snapshots/<int:version>/rollback",
+        "snapshots/<version:version>/rollback",
         SnapshotRollbackView.as_view(),
         name="snapshot-rollback",
     ),
@@ -89,9 +116,7 @@ urlpatterns = [
     path("explain", ExplainView.as_view(), name="explain"),
     path("fleet", FleetView.as_view(), name="fleet"),
     # Change requests and rules as code
-    path(
-        "overrides/<int:pk>/renew", OverrideRenewView.as_view(), name="override-renew"
-    ),
+    path("overrides/<id:pk>/renew", OverrideRenewView.as_view(), name="override-renew"),
     path("rules/export", RulesExportView.as_view(), name="rules-export"),
     path("rules/diff", RulesDiffView.as_view(), name="rules-diff"),
     path("rules/apply", RulesApplyView.as_view(), name="rules-apply"),

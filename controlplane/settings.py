@@ -117,8 +117,10 @@ MIGRATION_MODULES = {"limits": "migrations"}
 MIDDLEWARE = [
     # /healthz and /readyz, before any host check, redirect, authentication or log
     "controlplane.health.HealthCheckMiddleware",
+    "api.middleware.ApiProblemMiddleware",  # then every error under /api/ as a problem
     "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.RequestLogMiddleware",
+    "controlplane.middleware.InputGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -174,23 +176,31 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["api.permissions.RolePermission"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.SearchFilter",
-        "rest_framework.filters.OrderingFilter",
+        "api.filters.FilterBackend",
+        "api.filters.SearchFilter",
+        "api.filters.OrderingFilter",
     ],
     "EXCEPTION_HANDLER": "api.exceptions.sluice_exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.BoundedJSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.BoundedLimitOffsetPagination",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Sluice API",
     "DESCRIPTION": "Rate-limit rules, snapshots for gateways, and their audit log.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies get their own components, which state what writes require
+    # (minLength 1 for text that may not be blank) without read-only members.
+    "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.schema.strict_request_bodies",  # write bodies refuse unknown members
+    ],
     # Several models have a field named "kind"; name each enum after its choices.
     "ENUM_NAME_OVERRIDES": {
         "LimitKindEnum": "limits.choices.LimitKind",
@@ -277,6 +287,17 @@ SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")
+
+# Input bounds (api.parsers, controlplane.middleware, api.pagination): what a request
+# may carry before it is refused with 413, 414 or 400 instead of reaching a view.
+#: Bytes of a request body; larger: 413 (the rules of 100,000 tenants are about 6 MB).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("SLUICE_MAX_BODY_BYTES", 10 * 1024 * 1024)
+#: Characters of a URL (path and query); longer: 414.
+SLUICE_MAX_URL_LENGTH = 4000
+#: Nesting of JSON bodies (objects and lists); deeper: 400.
+SLUICE_JSON_MAX_DEPTH = 32
+#: The largest page a list endpoint answers (?limit=).
+SLUICE_MAX_PAGE_SIZE = 1000
 
 #: ``plain`` (text) or ``json`` (one object a line: controlplane.logs).
 SLUICE_LOG_FORMAT = os.environ.get("SLUICE_LOG_FORMAT", "plain")

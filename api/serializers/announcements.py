@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from api.serializers.strict import StrictModelSerializer
 from limits.announcements.changelog import status_of
 from limits.announcements.webhooks import webhook_endpoint_sends_legacy_signature
 from limits.models import (
@@ -13,7 +14,7 @@ from limits.models import (
 )
 
 
-class AnnouncementSerializer(serializers.ModelSerializer):
+class AnnouncementSerializer(StrictModelSerializer):
     """What is said about one version; only ``note`` is writable (until it takes effect)."""
 
     version = serializers.IntegerField(source="snapshot.version", read_only=True)
@@ -51,7 +52,7 @@ class AnnouncementSerializer(serializers.ModelSerializer):
         return status_of(obj.snapshot, self.context.get("active_version"))
 
 
-class WebhookEndpointSerializer(serializers.ModelSerializer):
+class WebhookEndpointSerializer(StrictModelSerializer):
     tenant = serializers.SlugRelatedField(
         slug_field="slug", queryset=Tenant.objects.all()
     )

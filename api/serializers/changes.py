@@ -3,10 +3,11 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from api.serializers.strict import StrictSerializer
 from limits.models import ChangeRequest, EditSubject
 
 
-class EditInSerializer(serializers.Serializer):
+class EditInSerializer(StrictSerializer):
     object = serializers.ChoiceField(choices=EditSubject.choices)
     key = serializers.CharField(
         required=False,
@@ -29,7 +30,7 @@ class EditInSerializer(serializers.Serializer):
         return data
 
 
-class ChangeRequestInSerializer(serializers.Serializer):
+class ChangeRequestInSerializer(StrictSerializer):
     title = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -118,7 +119,7 @@ class ChangeRequestSerializer(serializers.ModelSerializer):
         return PreviewSerializer(preview.to_json()).data if preview else None
 
 
-class ChangeRequestPublishSerializer(serializers.Serializer):
+class ChangeRequestPublishSerializer(StrictSerializer):
     effective_at = serializers.DateTimeField(
         required=False,
         allow_null=True,
@@ -146,11 +147,11 @@ class ChangeRequestPublishedSerializer(serializers.Serializer):
     )
 
 
-class WithdrawSerializer(serializers.Serializer):
+class WithdrawSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
-class RulesDocumentSerializer(serializers.Serializer):
+class RulesDocumentSerializer(StrictSerializer):
     document = serializers.CharField(
         trim_whitespace=False,
         max_length=50_000_000,

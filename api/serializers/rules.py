@@ -2,20 +2,28 @@
 
 from rest_framework import serializers
 
+from api.serializers.strict import StrictModelSerializer
+from limits.choices import ScopeKind
 from limits.models import Limit, Policy, Route, Tenant, Tier
 
+#: The subject each policy scope names.
+SUBJECTS = {
+    ScopeKind.DEFAULT: (),
+    ScopeKind.TIER: ("tier",),
+    ScopeKind.TENANT: ("tenant",),
+}
 READ_ONLY = ("id", "revision", "created_at", "updated_at")
 #: Limit fields for hot keys (rate limits) and for limits of kind "concurrent".
 
 
-class TierSerializer(serializers.ModelSerializer):
+class TierSerializer(StrictModelSerializer):
     class Meta:
         model = Tier
         fields = ("id", "slug", "name", "description", "position", *READ_ONLY[1:])
         read_only_fields = READ_ONLY
 
 
-class TenantSerializer(serializers.ModelSerializer):
+class TenantSerializer(StrictModelSerializer):
     tier = serializers.SlugRelatedField(slug_field="slug", queryset=Tier.objects.all())
 
     class Meta:
@@ -24,7 +32,7 @@ class TenantSerializer(serializers.ModelSerializer):
         read_only_fields = READ_ONLY
 
 
-class RouteSerializer(serializers.ModelSerializer):
+class RouteSerializer(StrictModelSerializer):
     methods = serializers.ListField(
         child=serializers.CharField(max_length=7),
         min_length=1,
@@ -47,7 +55,7 @@ class RouteSerializer(serializers.ModelSerializer):
         read_only_fields = READ_ONLY
 
 
-class PolicyLimitSerializer(serializers.ModelSerializer):
+class PolicyLimitSerializer(StrictModelSerializer):
     """A limit inside a policy; send ``id`` to change an existing one, omit it to add one."""
 
     id = serializers.IntegerField(required=False)
@@ -58,7 +66,7 @@ class PolicyLimitSerializer(serializers.ModelSerializer):
         fields = ("id", *Limit.SETTINGS, "description")
 
 
-class PolicySerializer(serializers.ModelSerializer):
+class PolicySerializer(StrictModelSerializer):
     tier = serializers.SlugRelatedField(
         slug_field="slug", queryset=Tier.objects.all(), required=False, allow_null=True
     )
@@ -95,8 +103,22 @@ class PolicySerializer(serializers.ModelSerializer):
         read_only_fields = READ_ONLY
         validators = []  # uniqueness is checked by the service, with a field-level message
 
+    def validate(self, attrs):
+        """Refuse a subject the scope does not name (``scope: tier`` with a ``tenant``):
+        the model would drop it silently."""
+        scope = attrs.get("scope", getattr(self.instance, "scope", None))
+        allowed = SUBJECTS.get(scope, ())
+        contradicting = {
+            name: [f"A {scope} policy names no {name}: leave it out or null."]
+            for name in ("tier", "tenant")
+            if name not in allowed and attrs.get(name) is not None
+        }
+        if contradicting:
+            raise serializers.ValidationError(contradicting)
+        return attrs
 
-class LimitSerializer(serializers.ModelSerializer):
+
+class LimitSerializer(StrictModelSerializer):
     """A limit on its own; writes go through its policy so the policy is validated whole."""
 
     policy = serializers.PrimaryKeyRelatedField(queryset=Policy.objects.all())

@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from api.serializers.strict import StrictSerializer
 from limits.models import Snapshot
 from limits.versions.explain import ExplainSource
 
@@ -52,7 +53,7 @@ class SnapshotSerializer(serializers.ModelSerializer):
         return counts if counts is not None else (row.diff or {}).get("counts", {})
 
 
-class PublishInputSerializer(serializers.Serializer):
+class PublishInputSerializer(StrictSerializer):
     message = serializers.CharField(max_length=2000, help_text="What changes and why.")
     effective_at = serializers.DateTimeField(
         required=False,
@@ -85,12 +86,23 @@ def _diff_side(value: str) -> int | str:
     raise serializers.ValidationError("A version number, 'active' or 'working'.")
 
 
+#: What a side of a diff may be: a version number, "active" or "working".
+DIFF_SIDE = r"^(?:[0-9]{1,10}|active|working)$"
+
+
+@extend_schema_field(
+    {"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}
+)
+class IPAddressField(serializers.IPAddressField):
+    """An IPv4 or IPv6 address, documented as either (drf-spectacular says a string)."""
+
+
 class DiffQuerySerializer(serializers.Serializer):
-    old = serializers.CharField(
-        default="active", help_text="A version, 'active' or 'working'."
+    old = serializers.RegexField(
+        DIFF_SIDE, default="active", help_text="A version, 'active' or 'working'."
     )
-    new = serializers.CharField(
-        default="working", help_text="A version, 'active' or 'working'."
+    new = serializers.RegexField(
+        DIFF_SIDE, default="working", help_text="A version, 'active' or 'working'."
     )
 
     def validate_old(self, value):
@@ -111,7 +123,7 @@ class ExplainQuerySerializer(serializers.Serializer):
     path = serializers.CharField(required=False)
     user = serializers.CharField(required=False)
     api_key = serializers.CharField(required=False)
-    ip = serializers.IPAddressField(required=False)
+    ip = IPAddressField(required=False)
     source = serializers.ChoiceField(
         choices=ExplainSource.choices, default=ExplainSource.ACTIVE
     )

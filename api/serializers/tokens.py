@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from api.serializers.strict import StrictModelSerializer
 from limits.models import ApiToken, GatewayToken
 
 TOKEN_FIELDS = ("id", "name", "prefix", "created_at", "last_used_at", "revoked_at")
@@ -10,7 +11,7 @@ TOKEN_FIELDS = ("id", "name", "prefix", "created_at", "last_used_at", "revoked_a
 def token_serializers(model) -> tuple[type, type]:
     """The serializer of ``model`` tokens, and the one of a freshly created token."""
 
-    class Listed(serializers.ModelSerializer):
+    class Listed(StrictModelSerializer):
         class Meta:
             fields = TOKEN_FIELDS
             read_only_fields = tuple(f for f in TOKEN_FIELDS if f != "name")

@@ -7,6 +7,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from api.filters import IdFilter, StrictFilterSet
 from api.serializers.announcements import (
     AnnouncementSerializer,
     DeliverySerializer,
@@ -66,7 +67,7 @@ class AnnouncementViewSet(
         )
 
 
-class WebhookEndpointFilter(django_filters.FilterSet):
+class WebhookEndpointFilter(StrictFilterSet):
     tenant = django_filters.CharFilter(
         field_name="tenant__slug", help_text="A tenant slug."
     )
@@ -137,11 +138,14 @@ class WebhookEndpointViewSet(ManagementViewSet):
         return Response({"secret": secret})
 
 
-class DeliveryFilter(django_filters.FilterSet):
+class DeliveryFilter(StrictFilterSet):
     tenant = django_filters.CharFilter(
         field_name="tenant__slug", help_text="A tenant slug."
     )
-    version = django_filters.NumberFilter(field_name="announcement__snapshot__version")
+    version = IdFilter(
+        field_name="announcement__snapshot__version", max_value=2**31 - 1
+    )
+    endpoint = IdFilter(field_name="endpoint_id", help_text="A webhook endpoint id.")
 
     class Meta:
         model = Delivery

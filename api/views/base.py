@@ -16,6 +16,10 @@ class StrictQueryMixin:
     """Answer 400 for a query parameter the endpoint does not know (a typo'd filter would
     otherwise silently match everything)."""
 
+    #: Ids in URLs: at most 18 digits, within Postgres' bigint (a longer one is a 404,
+    #: never a query Postgres refuses). Slug-addressed viewsets set their own.
+    lookup_value_regex = r"[0-9]{1,18}"
+
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         unknown = set(request.query_params) - self.known_query_params()

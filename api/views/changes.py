@@ -15,6 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.filters import StrictFilterSet
 from api.permissions import AnyRole
 from api.serializers.changes import (
     ChangeRequestInSerializer,
@@ -51,7 +52,7 @@ from limits.changes.services import (
 from limits.models import ChangeOrigin, ChangeRequest, ChangeRequestState, Policy
 
 
-class ChangeRequestFilter(django_filters.FilterSet):
+class ChangeRequestFilter(StrictFilterSet):
     state = django_filters.ChoiceFilter(choices=ChangeRequestState.choices)
     author = django_filters.CharFilter(field_name="author_name")
     origin = django_filters.ChoiceFilter(choices=ChangeOrigin.choices)
@@ -260,7 +261,8 @@ class RulesExportView(APIView):
         operation_id="rules_export",
         responses={
             (200, "application/yaml"): OpenApiResponse(
-                OpenApiTypes.STR, description="The rules file."
+                OpenApiTypes.OBJECT,
+                description="The rules file (docs/rules.schema.json), as YAML.",
             )
         },
     )

@@ -19,12 +19,16 @@ from rest_framework.views import APIView
 from api.authentication import GatewayTokenAuthentication, bearer_secret
 from api.etags import if_none_match_tags
 from api.permissions import GatewayOrRole
-from api.schema import ErrorSerializer
+from api.schema import ProblemSerializer
 from limits.core.audit import request_ip
 from limits.gateways.bundle import Bundle, etag_held, snapshot_bundle_get
 from limits.gateways.polling import PollOutcome, PollUnavailable, gateway_poll
-from limits.gateways.reports import GatewayReport, parse_gateway_id
-from limits.gateways.window import POLL_REDIS_TIMEOUT
+from limits.gateways.reports import GatewayReport, parse_gateway_id, parse_version
+from limits.gateways.window import (
+    POLL_REDIS_TIMEOUT,
+    poll_window_saw_version,
+    version_published,
+)
 from limits.models import GatewayToken, Snapshot
 from sluice import protocol
 
@@ -80,15 +84,23 @@ def _reject_query(request) -> None:
         )
 
 
-def _optional_int(request, header: str) -> int | None:
+def _optional_version(request, header: str) -> int | None:
+    """The published version ``header`` names; 400 for anything else (a version above
+    the latest would show the gateway in sync with rules it never had)."""
     value = request.headers.get(header)
     if value is None or value == "":
         return None
-    if not value.isdigit():
+    try:
+        version = parse_version(value)
+    except ValueError:
         raise exceptions.ValidationError(
             {header: ["Must be a snapshot version number."]}
+        ) from None
+    if not version_published(version):
+        raise exceptions.ValidationError(
+            {header: [f"Version {version} has not been published."]}
         )
-    return int(value)
+    return version
 
 
 def gateway_report(request) -> GatewayReport:
@@ -104,13 +116,13 @@ def gateway_report(request) -> GatewayReport:
     ]
     return GatewayReport(
         gateway=gateway,
-        applied=_optional_int(request, protocol.APPLIED_VERSION),
-        rejected=_optional_int(request, protocol.REJECTED_VERSION),
+        applied=_optional_version(request, protocol.APPLIED_VERSION),
+        rejected=_optional_version(request, protocol.REJECTED_VERSION),
         reason=reason,
         seen=time.time(),
         token="",
         address=request_ip(request.META) or "",
-        rehearsed=_optional_int(request, protocol.REHEARSED_VERSION),
+        rehearsed=_optional_version(request, protocol.REHEARSED_VERSION),
     )
 
 
@@ -182,10 +194,10 @@ class SnapshotBundleView(APIView):
                 description='{"active": document, "scheduled": [documents]}',
             ),
             304: OpenApiResponse(description="The bundle has not changed."),
-            400: ErrorSerializer,
-            401: ErrorSerializer,
+            400: ProblemSerializer,
+            401: ProblemSerializer,
             503: OpenApiResponse(
-                ErrorSerializer,
+                ProblemSerializer,
                 description="Nothing has been published yet, or the control plane "
                 "can reach neither its Redis nor its database (with Retry-After).",
             ),
@@ -243,15 +255,16 @@ _BUNDLES: dict[str, Bundle] = {}
 
 
 def _bundle(outcome: PollOutcome) -> Bundle | None:
-    etag = outcome.etag
-    if etag is not None and etag in _BUNDLES:
-        return _BUNDLES[etag]
-    # outcome's: built from Postgres; else Redis's, within the poll path's timeout
-    bundle = outcome.bundle or snapshot_bundle_get(timeout=POLL_REDIS_TIMEOUT)
-    if bundle is not None:
-        if len(_BUNDLES) >= 2:
-            _BUNDLES.clear()
-        _BUNDLES[bundle.etag] = bundle
+    bundle = _BUNDLES.get(outcome.etag) if outcome.etag is not None else None
+    if bundle is None:
+        # outcome's: built from Postgres; else Redis's, within the poll path's timeout
+        bundle = outcome.bundle or snapshot_bundle_get(timeout=POLL_REDIS_TIMEOUT)
+        if bundle is not None:
+            if len(_BUNDLES) >= 2:
+                _BUNDLES.clear()
+            _BUNDLES[bundle.etag] = bundle
+    if bundle is not None:  # what reports may name from now on, without a query
+        poll_window_saw_version(bundle.generation[0])
     return bundle
 
 

@@ -18,7 +18,7 @@ from limits.models import Route, Snapshot
 from limits.publishing.notice import notice_preview
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import problem_text, snapshot_publish
-from limits.rules.compiling import rules_compile
+from limits.rules.compiling import rules_compile, rules_require_routable
 from limits.traffic.estimate import CAVEATS, impact_estimate
 from limits.versions.explain import ExplainSource, explain
 from limits.versions.selectors import (
@@ -149,7 +149,7 @@ def publish_view(request):
             messages.success(request, f"Published version {row.version}.")
             return redirect("admin:limits_snapshot_change", row.pk)
     working = rules_compile()
-    diff = rules_diff(rules_of(ACTIVE), working)
+    diff = _diff_or_none(rules_of(ACTIVE), working)
     return _page(
         request,
         "publish.html",
@@ -158,11 +158,24 @@ def publish_view(request):
         active=snapshot_get_active(light=True),
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
         problems=[problem_text(p) for p in validate_rules(working)],
-        diff=diff.to_json(),
-        notice=notice_preview(diff=diff, published_at=timezone.now()),
-        impact=impact_estimate(old=rules_of(ACTIVE), new=working, diff=diff),
+        diff=_json_or_none(diff),
+        notice=notice_preview(diff=diff, published_at=timezone.now()) if diff else None,
+        impact=(
+            impact_estimate(old=rules_of(ACTIVE), new=working, diff=diff)
+            if diff
+            else None
+        ),
         caveats=CAVEATS,
     )
+
+
+def _diff_or_none(old, working):
+    """The diff to the working copy; None when it cannot be resolved (its problems,
+    listed on the page, say why)."""
+    try:
+        return rules_diff(old, rules_require_routable(working))
+    except ValidationError:
+        return None
 
 
 def diff_view(request):
@@ -172,8 +185,15 @@ def diff_view(request):
     diff = None
     if form.is_valid():
         old, new = (_ref(form.cleaned_data[side]) for side in ("old", "new"))
-        diff = snapshot_diff(old=old, new=new).to_json()
+        try:
+            diff = snapshot_diff(old=old, new=new).to_json()
+        except ValidationError as exc:
+            _refused(form, exc)
     return _page(request, "diff.html", "Compare versions", form=form, diff=diff)
+
+
+def _json_or_none(diff):
+    return diff.to_json() if diff else None
 
 
 def _ref(value: str) -> int | str:
@@ -207,7 +227,7 @@ def rollback_view(request, version: int):
         target=target,
         diff=diff.to_json(),
         notice=notice_preview(diff=diff, published_at=timezone.now()),
-        discarded=rules_diff(active, rules_compile()).to_json(),
+        discarded=_json_or_none(_diff_or_none(active, rules_compile())),
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
         target_url=reverse("admin:limits_snapshot_change", args=[target.pk]),
     )

@@ -55,9 +55,12 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
     def effective_limits_table(self, tenant):
         if tenant.pk is None:
             return "Save the tenant to see the limits that apply to it."
+        try:
+            rows = effective_limits(tenant=tenant)
+        except ValidationError as exc:  # a working copy gateways could not resolve
+            return " ".join(exc.messages)
         return render_to_string(
-            "admin/limits/tenant/effective_limits.html",
-            {"rows": effective_limits(tenant=tenant)},
+            "admin/limits/tenant/effective_limits.html", {"rows": rows}
         )
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 from django.utils import timezone
@@ -29,6 +30,7 @@ from sluice.identity import TrustedProxies, client_ip
 
 __all__ = [
     "Actor",
+    "RowDeleted",
     "StaleRevision",
     "audit_record",
     "audited_delete",
@@ -52,6 +54,15 @@ class StaleRevision(Exception):
             f"{current} now): fetch it again and retry."
         )
         self.current = current
+
+
+class RowDeleted(ObjectDoesNotExist):
+    """The object was deleted since the caller read it (HTTP 404, never a 500)."""
+
+    def __init__(self, obj: models.Model) -> None:
+        super().__init__(
+            f"This {obj._meta.verbose_name} was deleted meanwhile (by another request)."
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +200,15 @@ def row_lock(
     state, as stored (None for an object not saved yet).
 
     Raise :class:`StaleRevision` when ``expected_revision`` is given and the stored
-    row is at another one (someone else changed it since the caller read it).
+    row is at another one (someone else changed it since the caller read it), and
+    :class:`RowDeleted` when the row is gone (someone deleted it meanwhile).
     """
     if obj.pk is None:
         return None
     chain_lock()  # before the row lock: every audited write locks in this order
-    stored = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
+    stored = type(obj)._default_manager.select_for_update().filter(pk=obj.pk).first()
+    if stored is None:  # deleted by another transaction since the caller read it
+        raise RowDeleted(obj)
     if expected_revision is not None and stored.revision != expected_revision:
         raise StaleRevision(obj, stored.revision)
     return serialize(stored)

@@ -6,7 +6,15 @@ import json
 import re
 from dataclasses import dataclass
 
-__all__ = ["GatewayReport", "parse_gateway_id", "report_json"]
+__all__ = [
+    "GatewayReport",
+    "parse_gateway_id",
+    "parse_version",
+    "report_json",
+]
+
+#: The largest version number a report may name (Snapshot.version is an integer column).
+MAX_VERSION = 2**31 - 1
 
 _GATEWAY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 
@@ -44,6 +52,17 @@ def parse_gateway_id(value: str) -> str:
     if not _GATEWAY_ID.match(value):
         raise ValueError("1 to 100 characters: letters, digits, '.', '_', ':' and '-'")
     return value
+
+
+def parse_version(value: str) -> int:
+    """Validate a version header (``Sluice-Applied-Version``...); ValueError unless it is
+    a whole number from 1 to :data:`MAX_VERSION`."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 10):
+        raise ValueError("must be a snapshot version number")
+    version = int(value)
+    if not 1 <= version <= MAX_VERSION:
+        raise ValueError("must be a snapshot version number")
+    return version
 
 
 def report_json(report: GatewayReport) -> str:

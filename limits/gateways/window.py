@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
+from django.db import DatabaseError
+from django.db.models import Max
 
 from limits.core.store import redis_client
 from limits.gateways.counters import SNAPSHOT_POLLS, counter_field
 from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY
 from limits.gateways.reports import GatewayReport, report_json
+from limits.models import Snapshot
 
 __all__ = [
     "POLL_REDIS_TIMEOUT",
@@ -37,6 +40,7 @@ __all__ = [
     "poll_window_flush",
     "poll_window_is_open",
     "poll_window_reset",
+    "version_published",
 ]
 
 #: Seconds a poll waits for the control plane's Redis before it is answered
@@ -64,6 +68,8 @@ class Window:
     #: opened from Postgres because Redis did not answer (what the window says
     #: comes from there; the next slow poll tries Redis again)
     without_redis: bool = False
+    #: the highest version known to be published (what reports may name)
+    published: int = 0
 
 
 _window = Window()
@@ -139,5 +145,34 @@ def poll_window_reset(*, drop_reports: bool = False) -> None:
         window.opened = float("-inf")
         window.etag = None
         window.tokens.clear()
+        window.published = 0
         if drop_reports:
             window.reports, window.polls = {}, {}
+
+
+def poll_window_saw_version(version: int) -> None:
+    """Remember that ``version`` is published (the highest a bundle served here was built
+    from), so reports naming it are checked without a query."""
+    window = poll_window()
+    with window.lock:
+        window.published = max(window.published, version)
+
+
+def version_published(version: int) -> bool:
+    """Whether ``version`` is at most the latest published version.
+
+    Asks Postgres only for a version above the highest this process has seen in a
+    bundle it served or a query (a version published since, or a report that is
+    wrong), so the polls of a fleet in sync query nothing. Without Postgres the
+    version is believed.
+    """
+    window = poll_window()
+    if version <= window.published:
+        return True
+    try:
+        latest = Snapshot.objects.aggregate(latest=Max("version"))["latest"] or 0
+    except DatabaseError:
+        return True
+    with window.lock:
+        window.published = max(window.published, latest)
+    return version <= latest

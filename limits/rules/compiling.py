@@ -11,18 +11,22 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 
 from limits import models
 from limits.choices import LimitKind, ScopeKind
 from sluice import snapshot
+from sluice.routing import PatternError, RouteTable
 
 __all__ = [
     "limit_rows_from_snapshot",
     "limit_to_snapshot",
     "policy_to_snapshot",
+    "route_table_error",
     "route_to_snapshot",
     "rules_compile",
+    "rules_require_routable",
 ]
 
 
@@ -101,6 +105,29 @@ def route_to_snapshot(route: models.Route) -> snapshot.Route:
         cost=route.cost,
         failure_mode=snapshot.FailureMode(route.failure_mode),
     )
+
+
+def route_table_error(routes: Iterable[snapshot.Route]) -> str | None:
+    """Why gateways could not match requests to ``routes`` (two of them claim one
+    method and path), or None: the client's own route table decides."""
+    try:
+        RouteTable(routes)
+    except PatternError as exc:
+        return str(exc)
+    return None
+
+
+def rules_require_routable(rules: snapshot.Rules) -> snapshot.Rules:
+    """``rules``, or ValidationError when its routes cannot be matched (a working copy
+    stored before such routes were refused on save): diffs and explanations resolve
+    requests the way gateways would, and cannot with such routes."""
+    problem = route_table_error(rules.routes.values())
+    if problem is not None:
+        raise ValidationError(
+            f"The working copy's routes must be fixed first: {problem}. "
+            "Change or delete one of those routes."
+        )
+    return rules
 
 
 #: Columns a compile reads: values, not model instances (100,000 tenants and

@@ -19,6 +19,7 @@ from django.utils import timezone
 from limits.choices import LimitKind, Role
 from limits.core.audit import (
     Actor,
+    RowDeleted,
     StaleRevision,
     audited_delete,
     audited_save,
@@ -27,7 +28,11 @@ from limits.core.audit import (
 from limits.core.chain import chain_lock
 from limits.core.roles import can_edit_policy, require_role, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
-from limits.rules.compiling import policy_to_snapshot
+from limits.rules.compiling import (
+    policy_to_snapshot,
+    route_table_error,
+    route_to_snapshot,
+)
 from sluice.validation import policy_problems
 
 __all__ = [
@@ -64,6 +69,20 @@ def rule_validate(*, obj: Tier | Tenant | Route) -> None:
     obj.full_clean()
     if isinstance(obj, Route):
         _check_route_cost(obj)
+        _check_route_unclaimed(obj)
+
+
+def _check_route_unclaimed(route: Route) -> None:
+    """Refuse a route whose method and path another route already has (gateways could
+    not tell which of the two a request is)."""
+    others = Route.objects.exclude(pk=route.pk) if route.pk else Route.objects.all()
+    problem = route_table_error(
+        [route_to_snapshot(other) for other in others] + [route_to_snapshot(route)]
+    )
+    if problem is not None:
+        raise ValidationError(
+            {"path_pattern": f"{problem}: one method and path belong to one route."}
+        )
 
 
 def _check_route_cost(route: Route) -> None:
@@ -182,6 +201,7 @@ def policy_save(
     if before is not None:
         stored = Policy(scope=before["scope"], expires_at=before["expires_at"])
         _check_policy_permission(actor, stored, stored=True)
+        _check_limits_still_stored(policy, limits)
     policy_validate(policy=policy, limits=limits, actor=actor)
 
     def write() -> None:
@@ -196,6 +216,20 @@ def policy_save(
 
     audited_save(policy, actor=actor, before=before, reason=policy.reason, write=write)
     return policy
+
+
+def _check_limits_still_stored(policy: Policy, limits: Sequence[Limit]) -> None:
+    """Raise RowDeleted for a saved limit of ``limits`` that another request removed
+    meanwhile (saving it would insert it again)."""
+    saved = {limit.pk for limit in limits if limit.pk is not None}
+    stored = set(
+        Limit.objects.filter(policy_id=policy.pk, pk__in=saved).values_list(
+            "pk", flat=True
+        )
+    )
+    for limit in limits:
+        if limit.pk is not None and limit.pk not in stored:
+            raise RowDeleted(limit)
 
 
 @transaction.atomic
@@ -222,11 +256,15 @@ def _other_limits(limit: Limit, expected_revision: int | None) -> list[Limit]:
     """The other limits of ``limit``'s policy, read with the policy locked (every writer
     of a policy's limits locks it); StaleRevision if ``limit`` changed meanwhile."""
     chain_lock()  # before the policy's row lock (limits.core.chain: lock order)
-    Policy.objects.select_for_update().get(pk=limit.policy_id)
-    if limit.pk is not None and expected_revision is not None:
-        current = Limit.objects.get(pk=limit.pk).revision
-        if current != expected_revision:
-            raise StaleRevision(limit, current)
+    if not Policy.objects.select_for_update().filter(pk=limit.policy_id).exists():
+        raise RowDeleted(limit.policy)
+    if limit.pk is not None:
+        # Saving a limit deleted meanwhile would insert it again: refuse instead.
+        current = Limit.objects.filter(pk=limit.pk).values_list("revision", flat=True)
+        if not current:
+            raise RowDeleted(limit)
+        if expected_revision is not None and current[0] != expected_revision:
+            raise StaleRevision(limit, current[0])
     return [other for other in limit.policy.limits.all() if other.pk != limit.pk]
 
 

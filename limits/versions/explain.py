@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from limits.models import Tenant
-from limits.rules.compiling import rules_compile
+from limits.rules.compiling import rules_compile, rules_require_routable
 from limits.versions.selectors import snapshot_document, snapshot_get_active
 from sluice.engine import Engine
 from sluice.resolver import Resolution, Resolver
@@ -58,7 +58,7 @@ def effective_limits(
     copy, or with ``source="active"`` in the version gateways enforce (ValidationError
     if nothing is published yet)."""
     if source == ExplainSource.WORKING_COPY:
-        rules = rules_compile(tenant=tenant)
+        rules = rules_require_routable(rules_compile(tenant=tenant))
         resolver = Resolver(rules)
     else:
         engine = _engine(ExplainSource(source), tenant.slug)
@@ -191,7 +191,8 @@ def _engine(source: ExplainSource, tenant: str | None) -> Engine:
     """The engine gateways run (resolver, route matching, key builder) for ``source``."""
     if source == ExplainSource.WORKING_COPY:
         row = Tenant.objects.filter(slug=tenant).first() if tenant else None
-        return Engine(_unhashed_snapshot(rules_compile(tenant=row), None))
+        rules = rules_require_routable(rules_compile(tenant=row))
+        return Engine(_unhashed_snapshot(rules, None))
     active = snapshot_get_active(light=True)
     if active is None:
         raise ValidationError(

@@ -12,7 +12,7 @@ from django.db.models.fields.json import KeyTransform
 
 from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
 from limits.models import Snapshot
-from limits.rules.compiling import rules_compile
+from limits.rules.compiling import rules_compile, rules_require_routable
 from sluice import snapshot
 from sluice.rules import Rules
 
@@ -117,7 +117,7 @@ def effective_of(ref: int | str) -> datetime | None:
 def rules_of(ref: int | str) -> Rules | None:
     """The rules a diff side names; None for "active" before the first publish."""
     if ref == WORKING_COPY:
-        return rules_compile()
+        return rules_require_routable(rules_compile())
     if ref == ACTIVE:
         row = snapshot_get_active(light=True)
     else:

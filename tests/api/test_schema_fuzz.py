@@ -1,7 +1,10 @@
-"""Bad input, tried for real: schemathesis drives every operation of the OpenAPI schema.
+"""Bad input, tried for real: schemathesis drives every operation of the OpenAPI schema,
+as an admin, a viewer and a gateway.
 
 It must find no server error and no response that breaks the schema: every
-status code documented, every body of the documented shape.
+status code, content type, header and body documented. A few examples per
+operation here; ``make fuzz`` (``bench/fuzz.py``) runs every phase and check
+with 200 per operation against gunicorn (``docs/benchmarks.md``).
 """
 
 import pytest
@@ -11,15 +14,23 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
 
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
-from limits.models import ApiToken
+from limits.models import ApiToken, GatewayToken
 
-CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 
 
 def _load_schema():
@@ -42,24 +53,30 @@ def _keep_test_connection():
     signals.request_finished.connect(close_old_connections)
 
 
-@pytest.fixture
-def product_token(product_user, rules, redis_client):
-    return token_create(
-        token=ApiToken(user=product_user, name="fuzz"), actor=Actor.system()
-    )
+@pytest.fixture(params=["admin", "viewer", "gateway"])
+def role_token(request, rules, redis_client, django_user_model):
+    """The bearer token of an admin (superuser), a viewer or a gateway."""
+    if request.param == "gateway":
+        token = GatewayToken(name="fuzz")
+    elif request.param == "admin":
+        admin = django_user_model.objects.create_superuser("fuzz-admin", "", "x")
+        token = ApiToken(user=admin, name="fuzz")
+    else:
+        token = ApiToken(user=request.getfixturevalue("viewer_user"), name="fuzz")
+    return token_create(token=token, actor=Actor.system())
 
 
 @pytest.mark.django_db
 @schema.parametrize()
 @settings(
-    max_examples=8,
+    max_examples=4,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
 def test_api__generated_requests__no_server_error_and_schema_conformant(
-    case, product_token
+    case, role_token
 ):
     case.call_and_validate(
-        headers={"Authorization": f"Bearer {product_token}"}, checks=CHECKS
+        headers={"Authorization": f"Bearer {role_token}"}, checks=CHECKS
     )

@@ -1,0 +1,236 @@
+"""Schemathesis against a real server: every operation, every phase, every check, per role.
+
+``make fuzz`` (or ``python -m bench.fuzz``) prepares a database of its own
+(``<DATABASE_URL's name>_fuzz_bench``, dropped and re-created), a private
+redis-server and gunicorn on a free loopback port with the control plane's
+own settings (``DEBUG=0``); loads the demo data (published as version 1);
+issues an API token for ``admin`` (superuser) and ``viewer`` and a gateway
+token; then runs ``schemathesis run`` on ``/api/schema/`` once per role, with
+all phases (examples, coverage, fuzzing, stateful), ``--checks all`` and
+``--max-examples`` (200) per operation. It prints, per role: operations,
+requests, responses 5xx, schema violations (responses whose status, content
+type, headers or body the schema does not document) and the other check
+failures, and exits 1 when there is any 5xx or schema violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from bench.common import (
+    DEFAULT_DATABASE_URL,
+    ROOT,
+    bench_env,
+    machine_line,
+    manage,
+    table,
+)
+from bench.servers import start_redis, stop_redis
+from tests.servers import ControlPlaneServer, free_port
+
+#: Checks whose failures are answers the schema does not document.
+SCHEMA_CHECKS = {
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_headers_conformance",
+    "response_schema_conformance",
+}
+SERVER_ERROR = "not_a_server_error"
+ROLES = ("admin", "viewer", "gateway")
+
+
+def fuzz_database_url() -> str:
+    parts = urlsplit(os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
+    name = parts.path.lstrip("/") or "sluice"
+    return urlunsplit(parts._replace(path=f"/{name}_fuzz_bench"))
+
+
+def prepare(env: dict[str, str]) -> dict[str, list[str]]:
+    """A fresh database with the demo rules published; the headers of each role."""
+    manage(env, "bench_db", "--recreate")
+    manage(env, "migrate", "--noinput", "-v", "0")
+    manage(env, "seed_demo")
+    admin = manage(env, "issue_token", "fuzz-admin", "--user", "admin").strip()
+    viewer = manage(env, "issue_token", "fuzz-viewer", "--user", "viewer").strip()
+    gateway = manage(env, "issue_token", "fuzz-gateway", "--gateway").strip()
+    return {
+        "admin": [f"Authorization: Bearer {admin}"],
+        "viewer": [f"Authorization: Bearer {viewer}"],
+        "gateway": [f"Authorization: Bearer {gateway}"],
+    }
+
+
+def run_role(
+    role: str, headers: list[str], url: str, options: argparse.Namespace, out: Path
+) -> dict[str, object]:
+    """One ``schemathesis run`` as ``role``; its figures from the NDJSON event stream."""
+    events = out / f"{role}.ndjson"
+    command = [
+        str(Path(sys.executable).with_name("schemathesis")),
+        "run",
+        f"{url}/api/schema/?format=json",
+        "--checks",
+        "all",
+        "--phases",
+        options.phases,
+        "--max-examples",
+        str(options.max_examples),
+        "--seed",
+        str(options.seed),
+        "--workers",
+        str(options.workers),
+        "--request-timeout",
+        "30",
+        "--suppress-health-check",
+        "all",
+        "--continue-on-failure",
+        "--report",
+        "ndjson",
+        "--report-ndjson-path",
+        str(events),
+    ]
+    for header in headers:
+        command += ["--header", header]
+    began = time.perf_counter()
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env=os.environ
+    )
+    (out / f"{role}.log").write_text(done.stdout + done.stderr)
+    figures = figures_of(events)
+    figures["seconds"] = round(time.perf_counter() - began)
+    return figures
+
+
+def figures_of(events: Path) -> dict[str, object]:
+    """Operations, requests, 5xx and failures by check, read from schemathesis' events;
+    one line per failure (check, request, status, body) in ``<events>.failures.txt``."""
+    operations: set[str] = set()
+    requests = server_errors = 0
+    failures: Counter[str] = Counter()
+    lines = []
+    for line in events.read_text().splitlines():
+        recorder = json.loads(line).get("ScenarioFinished", {}).get("recorder") or {}
+        if recorder.get("label"):
+            operations.add(recorder["label"].split(" -> ")[0])
+        interactions = recorder.get("interactions", {})
+        for interaction in interactions.values():
+            requests += 1
+            if (interaction.get("response") or {}).get("status_code", 0) >= 500:
+                server_errors += 1
+        for case_id, checks in recorder.get("checks", {}).items():
+            for check in checks:
+                if check.get("status", "").lower() == "failure":
+                    failures[check["name"]] += 1
+                    lines.append(
+                        _failure_line(check["name"], interactions.get(case_id))
+                    )
+    events.with_suffix(".failures.txt").write_text("\n".join(sorted(set(lines))))
+    return {
+        "operations": len(operations),
+        "requests": requests,
+        "5xx": server_errors,
+        "schema": sum(failures[name] for name in SCHEMA_CHECKS),
+        "failures": dict(failures),
+    }
+
+
+def _failure_line(check: str, interaction: dict | None) -> str:
+    if not interaction:
+        return check
+    request, response = interaction["request"], interaction.get("response") or {}
+    body = response.get("content", {})
+    text = (
+        base64.b64decode(body["$base64"]).decode(errors="replace")
+        if "$base64" in body
+        else str(body)
+    )
+    return (
+        f"{check}: {request['method']} {request['uri']} -> "
+        f"{response.get('status_code')} {text[:300]}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--max-examples", type=int, default=200)
+    parser.add_argument("--phases", default="examples,coverage,fuzzing,stateful")
+    parser.add_argument("--roles", default=",".join(ROLES))
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--server-workers", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "var" / "fuzz"))
+    options = parser.parse_args()
+    # Stopped (SIGTERM), still stop gunicorn, redis-server and schemathesis.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    redis, port, workdir = start_redis(None)
+    env = bench_env(
+        f"redis://127.0.0.1:{port}/0",
+        DATABASE_URL=fuzz_database_url(),
+        SLUICE_WEBHOOK_ALLOW_PRIVATE="0",
+    )
+    server = None
+    try:
+        roles = prepare(env)
+        server_env = {**env, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
+        server = ControlPlaneServer(
+            server_env, free_port(), options.server_workers
+        ).start()
+        print(f"# schemathesis as each role ({machine_line()})\n")
+        rows = []
+        for role in options.roles.split(","):
+            figures = run_role(role, roles[role], server.url, options, out)
+            others = {
+                name: count
+                for name, count in figures["failures"].items()
+                if name not in SCHEMA_CHECKS and name != SERVER_ERROR
+            }
+            rows.append(
+                (
+                    role,
+                    figures["operations"],
+                    figures["requests"],
+                    figures["5xx"],
+                    figures["schema"],
+                    ", ".join(f"{k} {v}" for k, v in sorted(others.items())) or "0",
+                    figures["seconds"],
+                )
+            )
+            print(f"{role}: {figures}", flush=True)
+        print()
+        print(
+            table(
+                (
+                    "role",
+                    "operations",
+                    "requests",
+                    "5xx",
+                    "schema violations",
+                    "other check failures",
+                    "seconds",
+                ),
+                rows,
+            )
+        )
+        print(f"\nLogs and events: {out}/<role>.log, <role>.ndjson")
+        if any(row[3] or row[4] for row in rows):
+            sys.exit(1)
+    finally:
+        if server is not None:
+            server.stop()
+        stop_redis(redis, workdir)
+
+
+if __name__ == "__main__":
+    main()
