@@ -36,14 +36,15 @@ class ApiProblemMiddleware:
             return response
         if response.get("Content-Type", "").startswith(PROBLEM_CONTENT_TYPE):
             return response
-        return _as_problem(response)
+        return _as_problem(response, request_id=getattr(request, "id", ""))
 
 
-def _as_problem(response: HttpResponse) -> HttpResponse:
+def _as_problem(response: HttpResponse, *, request_id: str) -> HttpResponse:
     status = response.status_code
-    replaced = problem_response(
-        status, detail=DETAILS.get(status, f"{response.reason_phrase}.")
-    )
+    detail = DETAILS.get(status, f"{response.reason_phrase}.")
+    if status >= 500 and request_id:  # what support asks for: the log line's id
+        detail = f"{detail.removesuffix('.')} (request {request_id})."
+    replaced = problem_response(status, detail=detail)
     for name, value in response.headers.items():
         if name.lower() not in _REPLACED_HEADERS:
             replaced[name] = value

@@ -14,6 +14,11 @@ class FailingView(APIView):
         raise RuntimeError("a bug the debug page would show")
 
 
+def failing_page(request) -> HttpResponse:
+    """A page outside the API (where errors are problem documents) that fails."""
+    raise RuntimeError("a bug the debug page would show")
+
+
 def no_database(request) -> HttpResponse:
     """Answers without a query of its own."""
     return HttpResponse(b"ok", content_type="text/plain")
@@ -21,5 +26,6 @@ def no_database(request) -> HttpResponse:
 
 urlpatterns = [
     path("api/v1/fails", FailingView.as_view()),
+    path("fails", failing_page),
     path("no-database", no_database),
 ]

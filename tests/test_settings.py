@@ -109,10 +109,12 @@ def test_debug_page__viewer_api_token__one_line_no_settings(failing_api, accept)
         HTTP_ACCEPT=accept,
         HTTP_X_REQUEST_ID="req-42",
     )
-    # Then a 500 with one line naming the request, and nothing of the settings or the code
+    # Then a 500 problem document naming the request, and nothing of the settings
+    # or the code (under /api/ every error is the API's one shape)
     body = response.content.decode()
     assert response.status_code == 500
-    assert "request req-42" in body
+    assert response["Content-Type"] == "application/problem+json"
+    assert "request req-42" in response.json()["detail"]
     assert django_settings.DATABASE_URL not in body
     for leak in ("DATABASE_URL", "Traceback", "a bug the debug page would show"):
         assert leak not in body
@@ -124,8 +126,8 @@ def test_debug_page__superuser_in_the_admin__page_without_connection_urls(
 ):
     # Given a superuser signed in (a developer at make run's admin)
     failing_api.force_login(UserFactory(username="root", is_superuser=True))
-    # When a failure happens with DEBUG on
-    response = failing_api.get("/api/v1/fails", HTTP_ACCEPT="text/html")
+    # When a page outside the API fails with DEBUG on
+    response = failing_api.get("/fails", HTTP_ACCEPT="text/html")
     # Then Django's debug page shows the error, with the connection URLs hidden
     body = response.content.decode()
     assert response.status_code == 500

@@ -234,9 +234,22 @@ def test_fleet__after_polls__each_gateway_with_its_version_and_state(
 
 
 def test_fleet__gateway_rehearses_a_scheduled_version__shown_per_version(
-    client, published, gateway_secret, viewer_user
+    client,
+    published,
+    gateway_secret,
+    viewer_user,
+    rules,
+    django_capture_on_commit_callbacks,
 ):
-    # Given two gateways that say they rehearse version 2, and one that rehearses none
+    # Given a lowering scheduled as version 2 (a gateway may only name a published
+    # version), two gateways that say they rehearse it, and one that rehearses none
+    Limit.objects.filter(policy=rules["pro_search"]).update(rate=20, burst=40)
+    with django_capture_on_commit_callbacks(execute=True):
+        snapshot_publish(
+            actor=Actor.system(),
+            message="lower pro search",
+            effective_at=timezone.now() + timedelta(days=1),
+        )
     for gateway in ("gw-eu-1", "gw-us-2"):
         _poll(
             client,
