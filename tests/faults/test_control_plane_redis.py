@@ -40,12 +40,11 @@ def cp_redis():
     server.cleanup()
 
 
-@pytest.fixture
-def control_plane(rules, cp_redis, settings):
-    """gunicorn (2 workers) on the test database and its own Redis, version 1 published."""
+def serve(cp_redis, settings, *, workers: int, token: str):
+    """gunicorn on the test database and ``cp_redis``, version 1 published; its gateway token."""
     settings.REDIS_URL = cp_redis.url  # this process publishes into the same Redis
     snapshot_publish(actor=Actor.system(), message="v1")
-    secret = token_create(token=GatewayToken(name="fleet"), actor=Actor.system())
+    secret = token_create(token=GatewayToken(name=token), actor=Actor.system())
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
@@ -54,7 +53,13 @@ def control_plane(rules, cp_redis, settings):
         "SECRET_KEY": "tests-only",
         "LOG_LEVEL": "ERROR",
     }
-    server = ControlPlaneServer(env, workers=2).start()
+    return ControlPlaneServer(env, workers=workers).start(), secret
+
+
+@pytest.fixture
+def control_plane(rules, cp_redis, settings):
+    """gunicorn (2 workers) on the test database and its own Redis, version 1 published."""
+    server, secret = serve(cp_redis, settings, workers=2, token="fleet")
     yield server, secret
     server.stop()
 
@@ -185,18 +190,7 @@ def control_plane_tier():
 @pytest.fixture
 def one_worker(rules, cp_redis, settings):
     """gunicorn with a single worker (every poll meets the same memory), version 1 published."""
-    settings.REDIS_URL = cp_redis.url
-    snapshot_publish(actor=Actor.system(), message="v1")
-    secret = token_create(token=GatewayToken(name="one"), actor=Actor.system())
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": cp_redis.url,
-        "DEBUG": "0",
-        "SECRET_KEY": "tests-only",
-        "LOG_LEVEL": "ERROR",
-    }
-    server = ControlPlaneServer(env, workers=1).start()
+    server, secret = serve(cp_redis, settings, workers=1, token="one")
     yield server, secret
     server.stop()
 
