@@ -280,15 +280,8 @@ class ControlPlaneServer:
 
     def stop(self) -> None:
         """Stop the arbiter and its workers (this server's process group only)."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        stop_gunicorn(self.process, self.log)
         self.process = None
-        self.log.unlink(missing_ok=True)
 
 
 @dataclass
@@ -347,12 +340,18 @@ class DemoGatewayServer:
 
     def stop(self) -> None:
         """SIGTERM to its process group: gunicorn stops its workers gracefully."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        stop_gunicorn(self.process, self.log)
         self.process = None
-        self.log.unlink(missing_ok=True)
+
+
+def stop_gunicorn(process: subprocess.Popen | None, log: Path) -> None:
+    """SIGTERM to a gunicorn's process group (its arbiter stops the workers
+    gracefully), SIGKILL after 20 s; then its log goes."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    log.unlink(missing_ok=True)
