@@ -76,11 +76,19 @@ def test_lowering__published_ahead__announced_then_reminded_by_worker_and_beat(
     webhook = standardwebhooks.Webhook(secret)
     for request in receiver.requests:
         assert webhook.verify(request.body, request.headers)["version"] == 2
-    rows = Delivery.objects.order_by("id")
-    assert [(r.kind, r.state) for r in rows] == [
+    # and both are recorded delivered (the worker writes that once the receiver's
+    # answer is back: a moment after the receiver saw the request)
+    delivered = [
         (DeliveryKind.ANNOUNCEMENT, DeliveryState.DELIVERED),
         (DeliveryKind.REMINDER, DeliveryState.DELIVERED),
     ]
+    wait_until(
+        lambda: (
+            [(r.kind, r.state) for r in Delivery.objects.order_by("id")] == delivered
+        ),
+        timeout=10,
+        why="both deliveries recorded delivered",
+    )
 
 
 def test_reminder__worker_and_beat__each_tenant_gets_its_own_figures(
