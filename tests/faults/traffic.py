@@ -101,10 +101,14 @@ def between(seen: list[Seen], start: float, end: float) -> list[Seen]:
 
 
 def first_healthy_after(seen: list[Seen], moment: float) -> float | None:
-    """Seconds from ``moment`` to the first decision after it that used Redis."""
+    """Seconds from ``moment`` to the answer of the first decision asked after it
+    that used Redis: when Redis was known to answer again. (Its ask time would be
+    too early: that first call is the breaker's probe, which on a loaded machine
+    reconnects and reloads the script for most of a second while the others are
+    still decided by failure mode.)"""
     for item in seen:
         if item.at >= moment and not item.decision.degraded:
-            return item.at - moment
+            return item.at + item.seconds - moment
     return None
 
 
