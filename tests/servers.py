@@ -253,15 +253,7 @@ class ControlPlaneServer:
         if self.cpus is not None:
             command = ["taskset", "-c", self.cpus, *command]
         env = {**self.env, "DJANGO_SETTINGS_MODULE": self.settings}
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                command,
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.process = start_logged(command, env, self.log)
         self.wait_ready()
         return self
 
@@ -310,15 +302,9 @@ class DemoGatewayServer:
             "SLUICE_GATEWAY_LOG_LEVEL": "WARNING",
             **self.env,
         }
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "gateway.demo"],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.process = start_logged(
+            [sys.executable, "-m", "gateway.demo"], env, self.log
+        )
         self.wait_ready()
         return self
 
@@ -355,3 +341,19 @@ def stop_gunicorn(process: subprocess.Popen | None, log: Path) -> None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
     log.unlink(missing_ok=True)
+
+
+def start_logged(
+    command: list[str], env: dict[str, str], log: Path
+) -> subprocess.Popen:
+    """Start ``command`` from the repository in a process group of its own (so that
+    :func:`stop_gunicorn` reaches its workers), its output into ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command,
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

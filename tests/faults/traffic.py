@@ -76,12 +76,7 @@ class Traffic:
 
     def stop(self, timeout: float = 30.0) -> list[Seen]:
         """Stop every thread and return what was seen, in time order."""
-        self._stop.set()
-        for thread in self._pool:
-            thread.join(timeout)
-        assert not any(thread.is_alive() for thread in self._pool), "a thread hung"
-        assert not self.errors, f"decide raised: {self.errors!r}"
-        return sorted(self.seen, key=lambda s: s.at)
+        return stop_threads(self, timeout)
 
 
 def until_recovered(limiter: Limiter, within: float = 6.0, then: float = 1.0) -> None:
@@ -161,9 +156,16 @@ class Hammer:
             self.seen.extend(mine)
 
     def stop(self, timeout: float = 30.0) -> list[Seen]:
-        self._stop.set()
-        for thread in self._pool:
-            thread.join(timeout)
-        assert not any(thread.is_alive() for thread in self._pool), "a thread hung"
-        assert not self.errors, f"decide raised: {self.errors!r}"
-        return sorted(self.seen, key=lambda s: s.at)
+        """Stop every thread and return what was seen, in time order."""
+        return stop_threads(self, timeout)
+
+
+def stop_threads(runner: Traffic | Hammer, timeout: float) -> list[Seen]:
+    """Stop ``runner``'s threads; what they saw, in time order. Fails if one hung
+    or if ``decide`` raised (it never may)."""
+    runner._stop.set()
+    for thread in runner._pool:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in runner._pool), "a thread hung"
+    assert not runner.errors, f"decide raised: {runner.errors!r}"
+    return sorted(runner.seen, key=lambda s: s.at)
