@@ -10,7 +10,7 @@ DEV_ENV := DEBUG=$${DEBUG:-1} SLUICE_WEBHOOK_ALLOW_PRIVATE=$${SLUICE_WEBHOOK_ALL
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
-.PHONY: install setup run test check lint format bench fuzz gateway traffic clean
+.PHONY: install setup run test test-suite test-loaded check lint format bench fuzz gateway traffic clean
 
 $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,9 +62,18 @@ check: install
 
 # The whole suite, then the client's and the gateways' tests again with the asyncio
 # limiter's auto-pipelining off (both ways must hold).
-test: setup check
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) -q --no-pipelining tests/client tests/gateways
+test: setup check test-suite
+
+# The suite alone (no setup, no lint): what test and test-loaded run. The 20 slowest
+# tests are listed at the end of each pass (docs/testing.md says what each waits on).
+test-suite: install
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) -q --durations=20 --no-pipelining tests/client tests/gateways
+
+# The same suite beside a CPU load of twice the cores (stress-ng, started and stopped by
+# .ci/loaded), as on a busy CI machine: verdicts must not depend on the machine's speed.
+test-loaded: setup check
+	.ci/loaded $(MAKE) --no-print-directory test-suite
 
 # The demo gateway: sample backends behind the enforcement client. Its settings
 # (control plane URL, gateway token, Redis...) are SLUICE_* environment variables: see gateway/demo.py.
