@@ -228,6 +228,9 @@ SLUICE_FLEET_STALE_AFTER = env_int("SLUICE_FLEET_STALE_AFTER", 60)
 #: How long a web process answers gateway polls from what it last heard from Redis
 #: (ETag, token validity), buffering fleet reports meanwhile; 0: every poll asks Redis.
 SLUICE_POLL_WINDOW_MS = env_int("SLUICE_POLL_WINDOW_MS", 1000)
+#: How long a gateway poll waits for the control plane's Redis before it is answered
+#: from this process's memory or Postgres instead (docs/gateway-protocol.md).
+SLUICE_POLL_REDIS_TIMEOUT_MS = env_int("SLUICE_POLL_REDIS_TIMEOUT_MS", 250)
 #: Seconds between two runs of the beat task that activates scheduled snapshots.
 SLUICE_ACTIVATION_INTERVAL = env_int("SLUICE_ACTIVATION_INTERVAL", 5)
 

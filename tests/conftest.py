@@ -128,6 +128,24 @@ def _fresh_poll_window():
     poll_window_reset(drop_reports=True)
 
 
+#: Seconds the control plane's Redis calls may take in tests that are not about its
+#: timeouts: generous, so that a loaded machine slows them down instead of turning
+#: "Redis answered slowly" into the "Redis does not answer" path.
+PATIENT_REDIS_TIMEOUT = 60.0
+
+
+@pytest.fixture
+def patient_poll_redis(settings):
+    """The gateways' poll path waits for Redis as long as it takes.
+
+    The product gives it 250 ms (``SLUICE_POLL_REDIS_TIMEOUT_MS``), past which a poll
+    is answered from memory or Postgres and its report stays buffered: right for a
+    paused Redis (``tests/faults``), a wrong verdict for a test of what a poll records
+    that merely ran on a busy machine. Not for tests of the timeout itself.
+    """
+    settings.SLUICE_POLL_REDIS_TIMEOUT_MS = int(PATIENT_REDIS_TIMEOUT * 1000)
+
+
 @pytest.fixture
 def redis_client(redis_server):
     """A client on the worker's Redis, emptied before and after the test."""

@@ -25,7 +25,7 @@ from limits.gateways.bundle import Bundle, etag_held, snapshot_bundle_get
 from limits.gateways.polling import PollOutcome, PollUnavailable, gateway_poll
 from limits.gateways.reports import GatewayReport, parse_gateway_id, parse_version
 from limits.gateways.window import (
-    POLL_REDIS_TIMEOUT,
+    poll_redis_timeout,
     poll_window_saw_version,
     version_published,
 )
@@ -258,7 +258,7 @@ def _bundle(outcome: PollOutcome) -> Bundle | None:
     bundle = _BUNDLES.get(outcome.etag) if outcome.etag is not None else None
     if bundle is None:
         # outcome's: built from Postgres; else Redis's, within the poll path's timeout
-        bundle = outcome.bundle or snapshot_bundle_get(timeout=POLL_REDIS_TIMEOUT)
+        bundle = outcome.bundle or snapshot_bundle_get(timeout=poll_redis_timeout())
         if bundle is not None:
             if len(_BUNDLES) >= 2:
                 _BUNDLES.clear()

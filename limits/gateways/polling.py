@@ -22,7 +22,7 @@ process resets it at once): a new bundle's ETag after a publish, a revocation,
 and a report reaching the fleet page. ``SLUICE_POLL_WINDOW_MS=0`` makes every
 poll take the slow path.
 
-**Without Redis** (paused, down, or slower than ``POLL_REDIS_TIMEOUT``): the
+**Without Redis** (paused, down, or slower than ``SLUICE_POLL_REDIS_TIMEOUT_MS``): the
 slow path answers from Postgres instead (the token checked there, the bundle
 built from the published versions, :func:`.bundle.snapshot_bundle_from_postgres`)
 and opens the window on that for at least a second, so Redis is tried about
@@ -51,9 +51,9 @@ from limits.gateways.keys import BUNDLE_KEY, COUNTERS_KEY, FLEET_KEY, gateway_to
 from limits.gateways.reports import GatewayReport, report_json
 from limits.gateways.tokens import gateway_token_authenticate
 from limits.gateways.window import (
-    POLL_REDIS_TIMEOUT,
     Window,
     poll_field,
+    poll_redis_timeout,
     poll_window,
     poll_window_flush,
     poll_window_is_open,
@@ -152,7 +152,7 @@ def _poll_redis(
         poll_field("200"),
         *sorted(held),
     ]
-    script = _script(redis_client(timeout=POLL_REDIS_TIMEOUT))
+    script = _script(redis_client(timeout=poll_redis_timeout()))
     found, *rest = script(keys=keys, args=args)
     if not found:
         if gateway_token_authenticate(secret) is None:  # not cached yet, or not valid

@@ -33,9 +33,9 @@ from limits.gateways.reports import GatewayReport, report_json
 from limits.models import Snapshot
 
 __all__ = [
-    "POLL_REDIS_TIMEOUT",
     "Window",
     "poll_field",
+    "poll_redis_timeout",
     "poll_window",
     "poll_window_flush",
     "poll_window_is_open",
@@ -43,9 +43,12 @@ __all__ = [
     "version_published",
 ]
 
-#: Seconds a poll waits for the control plane's Redis before it is answered
-#: without it (and without redis-py's retries): a gateway's own poll timeout is 2 s.
-POLL_REDIS_TIMEOUT = 0.25
+
+def poll_redis_timeout() -> float:
+    """Seconds a poll waits for the control plane's Redis before it is answered
+    without it (and without redis-py's retries): ``SLUICE_POLL_REDIS_TIMEOUT_MS``,
+    250 ms by default, well within a gateway's own poll timeout of 2 s."""
+    return settings.SLUICE_POLL_REDIS_TIMEOUT_MS / 1000
 
 
 def poll_field(result: str) -> str:
@@ -126,7 +129,7 @@ def _write(
     reports: dict[str, GatewayReport], polls: dict[str, int], tokens: list[str]
 ) -> list:
     """One pipeline: reports, counts, then the ETag and whether each token is valid."""
-    pipe = redis_client(timeout=POLL_REDIS_TIMEOUT).pipeline(transaction=False)
+    pipe = redis_client(timeout=poll_redis_timeout()).pipeline(transaction=False)
     if reports:
         pipe.hset(FLEET_KEY, mapping={g: report_json(r) for g, r in reports.items()})
     for result, count in polls.items():
