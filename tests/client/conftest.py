@@ -16,6 +16,7 @@ import redis.asyncio
 
 from sluice import Dimension, Limit, Policy, Route, Rules
 from sluice.bucket import connect, connect_async
+from tests.client.factories import REDIS_TIMEOUT
 from tests.servers import RedisClusterServers
 
 
@@ -55,7 +56,7 @@ class Store:
 
     kind: str  #: "redis" or "cluster"
     url: str
-    client: redis.Redis | redis.RedisCluster  #: for the limiter (short-ish timeout)
+    client: redis.Redis | redis.RedisCluster  #: for the limiter (REDIS_TIMEOUT)
     inspect: redis.Redis | redis.RedisCluster  #: for assertions (decoded replies)
 
     @property
@@ -63,7 +64,7 @@ class Store:
         return self.kind == "cluster"
 
     def async_client(self) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
-        return connect_async(self.url, timeout=1.0, cluster=self.cluster)
+        return connect_async(self.url, timeout=REDIS_TIMEOUT, cluster=self.cluster)
 
     def flush_scripts(self) -> None:
         """SCRIPT FLUSH on every primary: the next EVALSHA meets NOSCRIPT."""
@@ -86,7 +87,7 @@ def store(request, redis_server) -> Iterator[Store]:
     cluster = request.param == "cluster"
     url = request.getfixturevalue("redis_cluster").url if cluster else redis_server.url
     # A generous timeout: these tests check decisions, not how slowness is handled.
-    client = connect(url, timeout=1.0, cluster=cluster)
+    client = connect(url, timeout=REDIS_TIMEOUT, cluster=cluster)
     inspect = (
         redis.RedisCluster.from_url(url, decode_responses=True)
         if cluster

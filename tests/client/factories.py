@@ -19,6 +19,12 @@ from sluice import (
 
 PUBLISHED = datetime(2026, 1, 1, tzinfo=UTC)
 
+#: The Redis timeout (s) of a limiter in a test about decisions: no call to a
+#: healthy Redis takes that long, even on a loaded machine, so no decision is
+#: degraded by accident (the client's default of 5 ms is for production, where
+#: a slow Redis must not hold requests).
+REDIS_TIMEOUT = 5.0
+
 ROUTES = {
     "search": Route("search", ("GET",), "/v1/search", 1, FailureMode.OPEN),
     "orders.read": Route(

@@ -7,7 +7,14 @@ import json
 from sluice import CircuitBreaker, Limiter, LocalBuckets, Outcome
 from sluice.bucket import connect
 from sluice.headers import error_response, rate_limit_headers
-from tests.client.factories import concurrent, limit, policy, rules, snapshot
+from tests.client.factories import (
+    REDIS_TIMEOUT,
+    concurrent,
+    limit,
+    policy,
+    rules,
+    snapshot,
+)
 from tests.servers import RedisServer
 
 INFLIGHT = "rl:{tenant:acme}:route:search:tenant:acme:inflight"
@@ -19,9 +26,11 @@ def limiter_for(client, *limits, concurrency=(), **options) -> Limiter:
 
 
 def capped_on(client, most=2, **cap) -> Limiter:
+    # 100 an hour: a token takes 36 s to come back, so what a test reads of the
+    # bucket is what its decisions spent, however slowly a loaded machine runs them
     return limiter_for(
         client,
-        limit("tenant", 100, 1, 100),
+        limit("tenant", 100, 3600, 100),
         concurrency=(concurrent("tenant", most, **cap),),
     )
 
@@ -56,9 +65,9 @@ def test_concurrency__headers__concurrent_requests_quota_unit(store):
     decision = limiter.decide(route="search", tenant="acme")
     headers = dict(rate_limit_headers(decision))
     assert headers["RateLimit-Policy"] == (
-        '"tenant-s";q=100;w=1, "tenant-concurrent";q=3;qu="concurrent-requests"'
+        '"tenant-h";q=100;w=3600, "tenant-concurrent";q=3;qu="concurrent-requests"'
     )
-    assert headers["RateLimit"] == '"tenant-s";r=99;t=1, "tenant-concurrent";r=2;t=0'
+    assert headers["RateLimit"] == '"tenant-h";r=99;t=36, "tenant-concurrent";r=2;t=0'
 
 
 def test_concurrency__slot_rejects__bucket_not_charged(store):
@@ -69,7 +78,7 @@ def test_concurrency__slot_rejects__bucket_not_charged(store):
     rejected = limiter.decide(route="search", tenant="acme")
     # Then its rate bucket was not charged
     assert not rejected.allowed
-    bucket = next(s for s in rejected.statuses if s.name == "tenant-s")
+    bucket = next(s for s in rejected.statuses if s.name == "tenant-h")
     assert bucket.remaining == 99
 
 
@@ -122,7 +131,7 @@ def test_concurrency__redis_down_local_mode__local_share_of_the_cap():
         )
     )
     limiter = Limiter(
-        connect(server.url, timeout=0.2),
+        connect(server.url, timeout=REDIS_TIMEOUT),
         snapshot(rules_),
         breaker=CircuitBreaker(min_calls=1),
         local=LocalBuckets(gateways=2),
@@ -142,10 +151,13 @@ def test_concurrency__redis_down_local_mode__local_share_of_the_cap():
 
 
 def test_release__redis_stopped__does_not_raise(caplog):
-    # Given a request holding a slot, then its Redis stops
+    # Given a request holding a slot (decided by Redis: a timeout no healthy call
+    # reaches), then its Redis stops
     server = RedisServer().start()
-    limiter = capped_on(connect(server.url, timeout=0.2))
+    limiter = capped_on(connect(server.url, timeout=REDIS_TIMEOUT))
     decision = limiter.decide(route="search", tenant="acme")
+    assert decision.held is not None
+    assert not decision.held.local
     server.cleanup()
     # When the response ends
     limiter.release(decision)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from wsgiref.util import setup_testing_defaults
 
 import pytest
@@ -13,7 +14,7 @@ from sluice import AsyncLimiter, Identity, Limiter
 from sluice.asgi import RateLimitMiddleware as ASGIMiddleware
 from sluice.django import RateLimitMiddleware as DjangoMiddleware
 from sluice.wsgi import RateLimitMiddleware as WSGIMiddleware
-from tests.client.factories import limit, policy, rules, snapshot
+from tests.client.factories import REDIS_TIMEOUT, limit, policy, rules, snapshot
 
 # Two requests per minute per tenant on search; per IP elsewhere.
 RULES = snapshot(
@@ -48,7 +49,7 @@ def call_wsgi(app, path, headers=None, remote="10.0.0.1"):
 
 @pytest.fixture
 def limiter(redis_server, redis_client):
-    return Limiter(redis_server.url, RULES, timeout=1.0)
+    return Limiter(redis_server.url, RULES, timeout=REDIS_TIMEOUT)
 
 
 def test_wsgi__within_limit__app_answers_with_ratelimit_headers(limiter):
@@ -65,11 +66,13 @@ def test_wsgi__within_limit__app_answers_with_ratelimit_headers(limiter):
 
 def test_wsgi__over_limit__429_from_the_middleware_not_the_app(limiter):
     app = WSGIMiddleware(wsgi_app, limiter, identify=identify_wsgi, github_headers=True)
+    began = time.monotonic()
     for _ in range(2):
         call_wsgi(app, "/v1/search", {"HTTP_X_TENANT": "acme"})
     status, headers, body = call_wsgi(app, "/v1/search", {"HTTP_X_TENANT": "acme"})
+    elapsed = time.monotonic() - began
     assert status == "429 Too Many Requests"
-    assert headers["Retry-After"] == "30"
+    assert refill_left(30, elapsed, headers["Retry-After"])
     assert headers["X-RateLimit-Remaining"] == "0"
     assert json.loads(body)["error"] == "rate_limited"
     # another tenant is not affected
@@ -110,20 +113,23 @@ def test_asgi__over_limit__429_and_headers_on_admitted_responses(
         )
 
     async def scenario():
-        limiter = AsyncLimiter(redis_server.url, RULES, timeout=1.0)
+        limiter = AsyncLimiter(redis_server.url, RULES, timeout=REDIS_TIMEOUT)
         middleware = ASGIMiddleware(app, limiter, identify=identify)
         answers = [await call_asgi(middleware, "/v1/search") for _ in range(3)]
         await limiter.aclose()
         return answers
 
     # When a tenant searches three times
+    began = time.monotonic()
     answers = asyncio.run(scenario())
+    elapsed = time.monotonic() - began
     # Then two are served with RateLimit fields, the third is a 429 from the middleware
     assert [a[0] for a in answers] == [200, 200, 429]
     assert answers[0][1][b"ratelimit"] == b'"tenant-min";r=1;t=30'
     assert answers[0][2] == b"results"
-    assert answers[2][1][b"retry-after"] == b"30"
-    assert json.loads(answers[2][2])["retry_after_seconds"] == 30
+    retry_after = answers[2][1][b"retry-after"].decode()
+    assert refill_left(30, elapsed, retry_after)
+    assert json.loads(answers[2][2])["retry_after_seconds"] == int(retry_after)
 
 
 async def call_asgi(app, path):
@@ -149,19 +155,29 @@ async def call_asgi(app, path):
 
 def test_django__over_limit__429_and_headers(redis_server, redis_client, settings, rf):
     # Given the Django middleware configured from settings
-    settings.SLUICE_LIMITER = Limiter(redis_server.url, RULES, timeout=1.0)
+    settings.SLUICE_LIMITER = Limiter(redis_server.url, RULES, timeout=REDIS_TIMEOUT)
     settings.SLUICE_IDENTIFY = "tests.client.test_middleware.identify_django"
     middleware = DjangoMiddleware(lambda request: HttpResponse("results"))
     # When a tenant searches three times
+    began = time.monotonic()
     responses = [
         middleware(rf.get("/v1/search", HTTP_X_TENANT="acme")) for _ in range(3)
     ]
+    elapsed = time.monotonic() - began
     # Then two reach the view with headers, the third is answered with 429
     assert [r.status_code for r in responses] == [200, 200, 429]
-    assert responses[1]["RateLimit"] == '"tenant-min";r=0;t=60'
-    assert responses[2]["Retry-After"] == "30"
+    prefix, full = responses[1]["RateLimit"].split(";t=")
+    assert prefix == '"tenant-min";r=0'
+    assert refill_left(60, elapsed, full)
+    assert refill_left(30, elapsed, responses[2]["Retry-After"])
     assert responses[2]["Content-Type"] == "application/problem+json"
 
 
 def identify_django(request):
     return Identity(tenant=request.headers.get("X-Tenant"))
+
+
+def refill_left(seconds: int, elapsed: float, header: str) -> bool:
+    """Whether ``header`` (whole seconds, rounded up) is ``seconds`` of refill less
+    what refilled during the ``elapsed`` seconds since the tenant's first request."""
+    return seconds - elapsed <= int(header) <= seconds

@@ -14,7 +14,7 @@ import redis
 
 from sluice import AsyncLimiter, CircuitBreaker, Outcome
 from sluice.bucket import connect_async
-from tests.client.factories import limit, policy, rules, snapshot
+from tests.client.factories import REDIS_TIMEOUT, limit, policy, rules, snapshot
 from tests.servers import RedisServer
 
 #: Per tenant 5 a minute, burst 5: a tenant's sixth request is rejected.
@@ -23,10 +23,15 @@ TENANTS = [f"t{number}" for number in range(40)]
 
 
 def decide_together(
-    url, requests, *, cluster=False, timeout=1.0, pipelining=True, **options
+    url, requests, *, cluster=False, timeout=REDIS_TIMEOUT, pipelining=True, **options
 ):
     """Decide ``requests`` (method, path, tenant) as concurrent tasks; return the
-    decisions in request order and the pipeline's stats."""
+    decisions in request order and the pipeline's stats.
+
+    The timeout bounds each connect as well as each call: without pipelining, the
+    requests open tens of connections at once, which a loaded machine may take
+    more than a second to set up.
+    """
 
     async def scenario():
         limiter = AsyncLimiter(
@@ -133,8 +138,8 @@ def private_redis():
 def test_pipelining__redis_stalls_mid_batch__each_decision_takes_its_route_failure_mode(
     private_redis,
 ):
-    # Given an asyncio limiter with a 100 ms timeout and routes that fail open,
-    # closed and local
+    # Given an asyncio limiter (with a timeout no healthy call reaches) and routes
+    # that fail open, closed and local
     routes = [("GET", "/v1/search"), ("GET", "/v1/orders/1"), ("POST", "/v1/orders")]
     # (local may refuse: the tenant's all-routes bucket also holds what its
     # search was admitted with while failing open)
@@ -147,23 +152,27 @@ def test_pipelining__redis_stalls_mid_batch__each_decision_takes_its_route_failu
 
     async def scenario():
         limiter = AsyncLimiter(
-            connect_async(private_redis.url, timeout=0.1),
+            connect_async(private_redis.url, timeout=REDIS_TIMEOUT),
             RULES,
             breaker=CircuitBreaker(min_calls=10**9),  # every call reaches Redis
             pipelining=True,
         )
         try:
             await limiter.decide(method="GET", path="/v1/search", tenant="warm")
-            # When Redis is paused while 30 decisions are in one batch or queued
-            admin.execute_command("CLIENT", "PAUSE", 500, "ALL")
-            stalled = await asyncio.gather(
-                *(
-                    limiter.decide(method=m, path=p, tenant=t)
-                    for t in TENANTS[:10]
-                    for m, p in routes
+            # When Redis stalls while 30 decisions are in one batch or queued (the
+            # scripts are paused until UNPAUSE, far past the timeout however slow
+            # the machine), then answers again
+            admin.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+            try:
+                stalled = await asyncio.gather(
+                    *(
+                        limiter.decide(method=m, path=p, tenant=t)
+                        for t in TENANTS[:10]
+                        for m, p in routes
+                    )
                 )
-            )
-            await asyncio.sleep(0.6)
+            finally:
+                admin.execute_command("CLIENT", "UNPAUSE")
             after = await asyncio.gather(
                 *(
                     limiter.decide(method="GET", path="/v1/search", tenant=t)

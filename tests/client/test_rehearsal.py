@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -29,6 +30,7 @@ from sluice.bucket import connect
 from sluice.headers import rate_limit_headers
 from tests.client.factories import (
     PUBLISHED,
+    REDIS_TIMEOUT,
     ROUTES,
     concurrent,
     limit,
@@ -100,26 +102,31 @@ def test_decide__rehearsed__same_answer_and_headers_as_without(store):
             limiter.decide(route="search", tenant="acme", user="7") for _ in range(6)
         ]
 
+    began = time.monotonic()
     rehearsed, plain = run(with_schedule), run(without)
+    # (what the times of two answers can differ by: the runs are that far apart at
+    # most, and each one's times count from its own first request)
+    apart = time.monotonic() - began
     # Then every answer and every header is the same, whatever the rehearsal said
     # (the fifth is rejected by Redis, the sixth by the reject cache: decided
-    # without Redis, so not rehearsed)
+    # without Redis, so not rehearsed), up to when they were given
     expected = [Rehearsed(2, False)] + [Rehearsed(2, True)] * 4 + [None]
     assert [d.rehearsed for d in rehearsed] == expected
     for one, other in zip(rehearsed, plain, strict=True):
         assert comparable(one) == comparable(other)
-        assert headers(one) == headers(other)
+        assert timeless(headers(one)) == timeless(headers(other))
+        pairs = zip(times(one), times(other), strict=True)
+        assert all(abs(a - b) <= apart + 1 for a, b in pairs)  # + 1: rounded up
     assert [d.allowed for d in plain] == [True] * 4 + [False] * 2
 
 
 def comparable(decision):
+    """``decision`` without what depends on when it was decided."""
     return decision._replace(
         at=0.0,
         rehearsed=None,
-        reset=round(decision.reset),  # the same to the second: Redis time moved on
-        retry_after=None
-        if decision.retry_after is None
-        else round(decision.retry_after),
+        reset=0.0,
+        retry_after=None if decision.retry_after is None else 0.0,
         deciding=None,
         statuses=tuple(
             (s.name, s.key, s.quota, s.window, s.fits, s.remaining)
@@ -132,12 +139,31 @@ def headers(decision):
     return rate_limit_headers(decision, github=True, wall=lambda: 0.0)
 
 
+#: the numbers of header values that depend on when a decision was made
+_T = re.compile(r"(?<=;t=)\d+")
+_AT = "X-RateLimit-Reset"
+
+
+def timeless(fields):
+    """Header ``fields`` with the numbers that depend on the time left out."""
+    return [(name, "" if name == _AT else _T.sub("", value)) for name, value in fields]
+
+
+def times(decision):
+    """What depends on when ``decision`` was made, in seconds: its reset and
+    retry-after, and those numbers of its headers."""
+    found = [decision.reset, decision.retry_after or 0.0]
+    for name, value in headers(decision):
+        found += [int(value)] if name == _AT else map(int, _T.findall(value))
+    return found
+
+
 def test_decide__rehearsed__one_round_trip(redis_server):
     # Given a limiter rehearsing a lowering, on a Redis whose command stats start at 0
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     bundle = lowering(limit("tenant", 100, 1, 100), limit("tenant", 10, 1, 10))
-    limiter = Limiter(redis_server.url, bundle, timeout=1.0)
+    limiter = Limiter(redis_server.url, bundle, timeout=REDIS_TIMEOUT)
     limiter.decide(route="search", tenant="acme")  # the script loaded
     client.config_resetstat()
     # When 50 requests are decided and rehearsed
@@ -156,13 +182,14 @@ def test_decide__rehearsed__one_round_trip(redis_server):
 @pytest.mark.cluster
 def test_decide__rehearsed_on_a_cluster__one_slot(redis_cluster):
     # Given a limiter on a Redis Cluster rehearsing per-user and per-tenant limits
-    # (two keys of the version in force, two of the rehearsed one)
-    client = connect(redis_cluster.url, timeout=1.0, cluster=True)
+    # (two keys of the version in force, two of the rehearsed one), by the hour: no
+    # token comes back during the test
+    client = connect(redis_cluster.url, timeout=REDIS_TIMEOUT, cluster=True)
     active = policy(
-        "default", "search", limit("tenant", 50, 1, 50), limit("user", 5, 1, 5)
+        "default", "search", limit("tenant", 50, 3600, 50), limit("user", 5, 3600, 5)
     )
     scheduled = policy(
-        "default", "search", limit("tenant", 5, 1, 5), limit("user", 1, 1, 1)
+        "default", "search", limit("tenant", 5, 3600, 5), limit("user", 1, 3600, 1)
     )
     bundle = Bundle(
         snapshot(rules(active)),
@@ -178,8 +205,8 @@ def test_decide__rehearsed_on_a_cluster__one_slot(redis_cluster):
     assert [d.degraded for d in decisions] == [False, False]
     assert [d.rehearsed for d in decisions] == [Rehearsed(2, False), Rehearsed(2, True)]
     keys = [s.key for s in decisions[0].statuses] + [
-        "rl:{tenant:acme}:route:search:tenant:acme:1s:r2",
-        "rl:{tenant:acme}:route:search:user:9:1s:r2",
+        "rl:{tenant:acme}:route:search:tenant:acme:3600s:r2",
+        "rl:{tenant:acme}:route:search:user:9:3600s:r2",
     ]
     assert len({client.keyslot(key) for key in keys}) == 1
     client.close()
@@ -250,7 +277,9 @@ def test_events__rehearsed_decisions__records_in_a_field_of_their_own(
     redis_server, redis_client
 ):
     # Given decision events of a limiter rehearsing a lowering from 5 to 2 a minute
-    events = DecisionEvents(connect(redis_server.url, timeout=1.0), gateway_id="gw-r")
+    events = DecisionEvents(
+        connect(redis_server.url, timeout=REDIS_TIMEOUT), gateway_id="gw-r"
+    )
     bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 2, 60, 2))
     limiter = Limiter(events.client, bundle, events=events)
     # When acme searches 4 times and another route is called once, then they flush
@@ -264,15 +293,28 @@ def test_events__rehearsed_decisions__records_in_a_field_of_their_own(
     records = json.loads(entry[b"events"])
     assert sum(r[-1] for r in records) == 5
     assert {(r[4], r[5]) for r in records} == {(1, "allowed")}
-    (rehearsal,) = json.loads(entry[b"rehearsals"])
-    assert rehearsal[1:] == ["acme", "search", 2, 4, 2]
-    assert rehearsal[0] % 1000 == 0  # the second's start, in epoch ms
+    assert rehearsal_totals(json.loads(entry[b"rehearsals"])) == {
+        ("acme", "search", 2): (4, 2)
+    }
+
+
+def rehearsal_totals(records):
+    """Rehearsal records summed over their seconds (decisions may straddle one):
+    (tenant, route, version) -> (requests, would reject). Each record is one
+    second's (its start, in epoch ms), one per second and key."""
+    assert all(r[0] % 1000 == 0 for r in records)
+    assert len({tuple(r[:4]) for r in records}) == len(records)
+    totals = {}
+    for _, tenant, route, version, requests, rejects in records:
+        before = totals.get((tenant, route, version), (0, 0))
+        totals[(tenant, route, version)] = (before[0] + requests, before[1] + rejects)
+    return totals
 
 
 def test_events__flush_fails__rehearsal_records_kept_for_the_next():
     # Given rehearsed decisions buffered for a Redis that is down
     server = RedisServer().start()
-    client = connect(server.url, timeout=0.5)
+    client = connect(server.url, timeout=REDIS_TIMEOUT)
     events = DecisionEvents(client, gateway_id="gw-r")
     bundle = lowering(limit("tenant", 5, 60, 5), limit("tenant", 1, 60, 1))
     limiter = Limiter(client, bundle, events=events)
@@ -287,7 +329,9 @@ def test_events__flush_fails__rehearsal_records_kept_for_the_next():
         # Then the rehearsal records reached the stream with their events
         inspect = redis.Redis.from_url(server.url)
         (entry,) = [fields for _, fields in inspect.xrange(STREAM_KEY)]
-        assert json.loads(entry[b"rehearsals"])[0][1:] == ["acme", "search", 2, 3, 2]
+        assert rehearsal_totals(json.loads(entry[b"rehearsals"])) == {
+            ("acme", "search", 2): (3, 2)
+        }
         inspect.close()
     finally:
         server.cleanup()

@@ -12,7 +12,14 @@ from sluice import AsyncLimiter, Identity, Limiter
 from sluice.asgi import RateLimitMiddleware as ASGIMiddleware
 from sluice.django import RateLimitMiddleware as DjangoMiddleware
 from sluice.wsgi import RateLimitMiddleware as WSGIMiddleware
-from tests.client.factories import concurrent, limit, policy, rules, snapshot
+from tests.client.factories import (
+    REDIS_TIMEOUT,
+    concurrent,
+    limit,
+    policy,
+    rules,
+    snapshot,
+)
 
 RULES = snapshot(
     rules(
@@ -33,7 +40,7 @@ def acme(request) -> Identity:
 
 @pytest.fixture
 def limiter(redis_server, redis_client):
-    return Limiter(redis_server.url, RULES, timeout=1.0)
+    return Limiter(redis_server.url, RULES, timeout=REDIS_TIMEOUT)
 
 
 def environ() -> dict:
@@ -94,7 +101,7 @@ def test_asgi__app_returns_or_raises__slot_released(redis_server, redis_client, 
         await send({"type": "http.response.body", "body": b"2"})
 
     async def scenario():
-        limiter = AsyncLimiter(redis_server.url, RULES, timeout=1.0)
+        limiter = AsyncLimiter(redis_server.url, RULES, timeout=REDIS_TIMEOUT)
         middleware = ASGIMiddleware(app, limiter, identify=acme)
         scope = {"type": "http", "method": "GET", "path": "/v1/search", "headers": []}
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import redis
 
 from sluice.bucket import connect
 from sluice.scripts import Script, pack_evalsha
+from tests.client.factories import REDIS_TIMEOUT
 
 #: Answers with what it was given: a reply names the call it belongs to.
 ECHO = b"return {KEYS[1], ARGV[1]}"
@@ -17,7 +17,7 @@ ECHO = b"return {KEYS[1], ARGV[1]}"
 
 def test_pack_evalsha__keys_and_args__the_bytes_redis_py_sends(redis_server):
     # Given a script and the bytes redis-py would pack for the same EVALSHA
-    client = connect(redis_server.url, timeout=0.5)
+    client = connect(redis_server.url, timeout=REDIS_TIMEOUT)
     script = Script(client, ECHO)
     keys, args = ["rl:{tenant:acme}:a", "rl:{tenant:acme}:b"], [b"1", b"20000"]
     connection = client.connection_pool.get_connection()
@@ -32,22 +32,27 @@ def test_pack_evalsha__keys_and_args__the_bytes_redis_py_sends(redis_server):
 def test_script__call_timed_out__its_late_reply_is_never_read_as_the_next_one(
     redis_server,
 ):
-    # Given a script on a client with a 50 ms timeout, and a call answered in time
-    script = Script(connect(redis_server.url, timeout=0.05), ECHO)
+    # Given a script on a client (with a timeout no healthy call reaches), and a
+    # call answered in time
+    script = Script(connect(redis_server.url, timeout=REDIS_TIMEOUT), ECHO)
     assert script(["first"], [b"1"]) == [b"first", b"1"]
     admin = redis.Redis.from_url(redis_server.url)
-    # When Redis is paused past the timeout during a call, then answers again
-    admin.execute_command("CLIENT", "PAUSE", 300, "ALL")
-    with pytest.raises(redis.TimeoutError):
-        script(["lost"], [b"2"])
-    time.sleep(0.4)
+    # When Redis holds a call past the timeout (scripts are paused until UNPAUSE,
+    # however slow the machine), then answers again: the late reply is sent now
+    admin.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+    try:
+        with pytest.raises(redis.TimeoutError):
+            script(["lost"], [b"2"])
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
     # Then the next call gets its own reply, not the late one of the call that timed out
     assert script(["next"], [b"3"]) == [b"next", b"3"]
 
 
 def test_script__flushed__reloaded_and_run(redis_server):
     # Given a script that ran once
-    script = Script(connect(redis_server.url, timeout=0.5), ECHO)
+    script = Script(connect(redis_server.url, timeout=REDIS_TIMEOUT), ECHO)
     assert script(["a"], [b"1"]) == [b"a", b"1"]
     # When Redis forgets every script
     redis.Redis.from_url(redis_server.url).script_flush()
@@ -57,13 +62,17 @@ def test_script__flushed__reloaded_and_run(redis_server):
 
 def test_script__many_threads__each_gets_its_own_replies(redis_server):
     # Given one script shared by 8 threads, each with its own connection
-    script = Script(connect(redis_server.url, timeout=0.5), ECHO)
+    script = Script(connect(redis_server.url, timeout=REDIS_TIMEOUT), ECHO)
     wrong: list[tuple[str, object]] = []
 
     def work(name: str) -> None:
         for number in range(200):
             arg = str(number).encode()
-            reply = script([name], [arg])
+            try:
+                reply = script([name], [arg])
+            except redis.RedisError as error:  # a thread's error must fail the test
+                wrong.append((name, error))
+                return
             if reply != [name.encode(), arg]:
                 wrong.append((name, reply))
 

@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import subprocess
-import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from sluice import Bundle
 from sluice.bundle import read_bundle_file
 from sluice.source import PollResult, SnapshotSource
+from tests.celery_fixtures import wait_until
 from tests.client.factories import PUBLISHED, limit, policy, rules, snapshot
 from tests.client.protocol_server import ProtocolServer
 
@@ -35,6 +35,9 @@ def make_source(control_plane, tmp_path):
 
     def make(url=None, **options):
         options.setdefault("cache_path", tmp_path / "bundle.json")
+        # a poll's own timeout (2 s by default) no answer of the in-process server
+        # reaches, however loaded the machine: a poll fails only when the test says
+        options.setdefault("timeout", 30.0)
         source = SnapshotSource(
             url or control_plane.url,
             control_plane.token,
@@ -210,9 +213,12 @@ def test_start__background_thread__applies_while_requests_read_memory(make_sourc
     # Given a source polling in its thread every 50 ms
     source = make_source(interval=0.05).start()
     # When requests read the current snapshot meanwhile (they never block)
-    deadline = time.monotonic() + 10
-    while source.current().version != 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(
+        lambda: source.current().version == 1,
+        timeout=60,
+        every=0.01,
+        why="the thread to apply version 1",
+    )
     # Then the thread applied version 1, and stops on request
     assert source.current().version == 1
     source.stop()
