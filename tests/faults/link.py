@@ -2,7 +2,9 @@
 
 Holding the replies is a call that Redis ran but whose answer comes late: what
 a loaded Redis or a congested link does to a client with a short timeout. The
-client gives up, although the command took effect.
+client gives up, although the command took effect. Replies are held until
+:meth:`SlowLink.lift`, not for a time: a call made while they are held times
+out however long this machine takes to make it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 
 from tests.servers import free_port
@@ -22,7 +23,7 @@ class SlowLink:
 
     target_port: int
     port: int = field(default_factory=free_port)
-    _held_until: float = 0.0
+    _flowing: threading.Event = field(default_factory=threading.Event)
     _listener: socket.socket | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -31,18 +32,24 @@ class SlowLink:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> SlowLink:
+        self._flowing.set()
         listener = socket.create_server(("127.0.0.1", self.port))
         listener.settimeout(0.1)
         self._listener = listener
         threading.Thread(target=self._accept, daemon=True).start()
         return self
 
-    def hold(self, seconds: float) -> None:
-        """Replies that arrive from Redis during the next ``seconds`` wait until then."""
-        self._held_until = time.monotonic() + seconds
+    def hold(self) -> None:
+        """Replies that arrive from Redis from now on wait until :meth:`lift`."""
+        self._flowing.clear()
+
+    def lift(self) -> None:
+        """Let the held replies and the next ones through."""
+        self._flowing.set()
 
     def stop(self) -> None:
         self._stop.set()
+        self._flowing.set()
         if self._listener is not None:
             self._listener.close()
 
@@ -64,9 +71,7 @@ class SlowLink:
         try:
             while data := source.recv(65536):
                 if replies:
-                    wait = self._held_until - time.monotonic()
-                    if wait > 0:
-                        time.sleep(wait)
+                    self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass

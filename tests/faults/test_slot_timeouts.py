@@ -18,10 +18,13 @@ from sluice.bucket import connect
 from tests.celery_fixtures import wait_until
 from tests.client.factories import concurrent, limit, policy, rules, snapshot
 from tests.faults.link import SlowLink
-from tests.faults.traffic import Hammer
+from tests.faults.traffic import PATIENCE, Hammer, Seen, each_source, wait_seen
 from tests.servers import RedisServer
 
 INFLIGHT = "rl:{tenant:acme}:route:search:tenant:acme:inflight"
+TIMEOUT = 1.0  #: the single gateway's Redis timeout, seconds
+#: The pause is lifted by UNPAUSE; this only ends it if the test dies first.
+HOLD_MS = int(PATIENCE * 2 * 1000)
 RULES = snapshot(
     rules(
         policy(
@@ -42,21 +45,25 @@ def server():
 
 
 def test_acquire_ran_but_its_reply_came_late__slot_released_in_the_background(server):
-    # Given a gateway deciding through a link to Redis, 50 ms timeout
+    # Given a gateway deciding through a link to Redis (a timeout a busy machine
+    # does not run out of: the held reply below makes the call time out anyway)
     link = SlowLink(server.port).start()
     try:
-        limiter = Limiter(connect(link.url, timeout=0.05), RULES)
+        limiter = Limiter(connect(link.url, timeout=TIMEOUT), RULES)
         limiter.release(limiter.decide(route="search", tenant="acme"))  # connected
         inspect = redis.Redis.from_url(server.url)
-        # When Redis runs an acquire whose reply is held 0.5 s (the call times out,
-        # the route fails open, its request ends and is released)
+        # When Redis runs an acquire whose reply is held until the call timed out
+        # (the route fails open, its request ends and is released)
         zadds = _calls(inspect, "zadd")
-        link.hold(0.5)
+        link.hold()
         decision = limiter.decide(route="search", tenant="acme")
         limiter.release(decision)
+        # (the link forwards the call in a thread of its own: Redis may run it late)
+        wait_until(lambda: _calls(inspect, "zadd") > zadds, timeout=PATIENCE)
         took = _calls(inspect, "zadd") - zadds  # the timed-out call did take the slot
+        link.lift()
         # Then the slot it took in Redis is released in the background
-        wait_until(lambda: not limiter.orphans, timeout=5, every=0.02)
+        wait_until(lambda: not limiter.orphans, timeout=PATIENCE, every=0.02)
         left = inspect.zcard(INFLIGHT)
         # and the tenant has both its slots again
         again = [limiter.decide(route="search", tenant="acme") for _ in range(3)]
@@ -76,23 +83,55 @@ def test_redis_paused_mid_calls_under_load__no_slot_survives_its_request(server)
     limiters = [Limiter(connect(server.url, timeout=0.02), RULES) for _ in range(2)]
     admin = redis.Redis.from_url(server.url)
     hammer = Hammer(limiters).start()
-    time.sleep(0.5)
-    # When Redis pauses 300 ms (CLIENT PAUSE ... WRITE: scripts wait) four times
+    wait_seen(hammer, lambda seen: each_source(hammer, _in_redis(seen)))
+    # When Redis pauses (CLIENT PAUSE ... WRITE: scripts wait) four times, 300 ms
+    # and until acquires of both gateways have timed out in it; Redis answers
+    # acquires again in between
     for _ in range(4):
-        admin.execute_command("CLIENT", "PAUSE", 300, "WRITE")
-        time.sleep(0.6)
+        admin.execute_command("CLIENT", "PAUSE", HOLD_MS, "WRITE")
+        paused, mark = time.monotonic(), len(hammer.seen)
+        try:
+            time.sleep(0.3)
+            wait_seen(
+                hammer,
+                lambda seen, paused=paused: each_source(
+                    hammer, [s for s in seen if s.at >= paused and s.timed_out]
+                ),
+                since=mark,
+                why="acquires timed out in the pause",
+            )
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+        back, mark = time.monotonic(), len(hammer.seen)
+        wait_seen(
+            hammer,
+            lambda seen, back=back: each_source(
+                hammer, _in_redis(s for s in seen if s.at >= back)
+            ),
+            since=mark,
+            why="acquires in Redis again",
+        )
     seen = hammer.stop()
     # Then, once the background releases have run, nothing is left in flight
-    wait_until(lambda: admin.zcard(INFLIGHT) == 0, timeout=5, every=0.05)
-    timed_out = sum("Timeout" in (s.decision.error or "") for s in seen)
+    wait_until(
+        lambda: admin.zcard(INFLIGHT) == 0 and not any(g.orphans for g in limiters),
+        timeout=PATIENCE,
+        every=0.05,
+        why="every slot released",
+    )
+    timed_out = sum(s.timed_out for s in seen)
     assert timed_out > 0
-    admitted = [s for s in seen if s.decision.allowed and not s.decision.degraded]
-    assert admitted
+    assert _in_redis(seen)
     print(
         f"fault: Redis paused 300 ms x4 under 8 threads on 2 slots: {timed_out} "
         f"acquires timed out, {sum(g.orphans.added for g in limiters)} request ids "
         f"released in the background, 0 left in flight"
     )
+
+
+def _in_redis(seen) -> list[Seen]:
+    """Decisions admitted by Redis (a slot taken there)."""
+    return [s for s in seen if s.decision.allowed and not s.decision.degraded]
 
 
 def _calls(client: redis.Redis, command: str) -> int:
