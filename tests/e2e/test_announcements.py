@@ -86,7 +86,7 @@ def test_lowering__published_ahead__announced_then_reminded_by_worker_and_beat(
         lambda: (
             [(r.kind, r.state) for r in Delivery.objects.order_by("id")] == delivered
         ),
-        timeout=10,
+        timeout=60,
         why="both deliveries recorded delivered",
     )
 

@@ -18,7 +18,19 @@ class Backend:
         self.server = _Server(("127.0.0.1", port), _Echo)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.served = 0
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @property
+    def served(self) -> int:
+        """Requests answered so far (counted before the answer is sent)."""
+        with self._lock:
+            return self._count
+
+    def count(self) -> None:
+        """One more request served: under a lock, as the handler threads run at once."""
+        with self._lock:
+            self._count += 1
 
     def start(self) -> Backend:
         self.server.served_by = self  # type: ignore[attr-defined]
@@ -35,6 +47,11 @@ class Backend:
 
 
 class _Server(ThreadingHTTPServer):
+    #: The stdlib's listen backlog is 5: a gateway opening more connections at once
+    #: would have SYNs dropped and wait 1 s for their retransmit (Envoy's and
+    #: HAProxy's connect timeouts to the backend are 1 s).
+    request_queue_size = 128
+
     def handle_error(self, request, client_address):
         """A gateway closing a kept-alive connection is no error worth a traceback."""
 
@@ -46,7 +63,7 @@ class _Echo(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
-        self.server.served_by.served += 1  # type: ignore[attr-defined]
+        self.server.served_by.count()  # type: ignore[attr-defined]
         body = json.dumps(
             {
                 "method": self.command,

@@ -56,7 +56,9 @@ def call(
         f"http://127.0.0.1:{port}{path}", headers=headers, method=method
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        # above the gateways' servers.DECIDE_TIMEOUT: a slow decision is the
+        # gateway's to answer, never a client timeout
+        with urllib.request.urlopen(request, timeout=30) as response:
             status, raw, body = response.status, response.headers, response.read()
     except urllib.error.HTTPError as error:
         status, raw, body = error.code, error.headers, error.read()
@@ -96,7 +98,12 @@ def start_gateway(name: str, workdir: Path, *, backend: int, service) -> tuple:
         process = start(workdir, port=port, backend=backend, http=service.http_port)
     process.start()
     if name == "traefik":  # it listens before its file provider has loaded the routes
-        wait_until(lambda: call(port, "/ready").status != 404, timeout=20, every=0.05)
+        wait_until(
+            lambda: call(port, "/ready").status != 404,
+            timeout=60,
+            every=0.05,
+            why="Traefik to load its routes",
+        )
     return port, process
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.core.signals import request_started
 from django.db.models import Sum
 from rest_framework.test import APIClient
 
@@ -51,8 +52,23 @@ def on_control_plane(
     service.stop()
 
 
-def test_gateway__override_published__enforced_within_the_poll_interval_and_seen(
-    on_control_plane, rules, product_user
+@pytest.fixture
+def polls():
+    """Each poll of the snapshot endpoint the live server takes: (time.monotonic()
+    as it starts, the Sluice-Applied-Version the poller reported)."""
+    seen: list[tuple[float, str | None]] = []
+
+    def record(sender, environ, **kwargs):
+        if environ.get("PATH_INFO") == "/api/v1/snapshot":
+            seen.append((time.monotonic(), environ.get("HTTP_SLUICE_APPLIED_VERSION")))
+
+    request_started.connect(record, weak=False)
+    yield seen
+    request_started.disconnect(record)
+
+
+def test_gateway__override_published__enforced_from_the_next_poll_and_seen(
+    on_control_plane, rules, product_user, polls
 ):
     # Given a gateway enforcing version 1: initech (free) gets 5 / s, burst 10, on all routes
     name, port = on_control_plane
@@ -77,14 +93,23 @@ def test_gateway__override_published__enforced_within_the_poll_interval_and_seen
     )
     snapshot_publish(actor=Actor.system(), message="initech launch week")
     published = time.monotonic()
-    # Then within the poll interval (+ jitter and a round trip) the gateway enforces it
+    # Then the gateway enforces it
     switched = wait_until(
-        lambda: _on_new_policy(name, port), timeout=15, every=0.05, why="the override"
+        lambda: _on_new_policy(name, port), timeout=60, every=0.05, why="the override"
     )
     took = time.monotonic() - published
     print(f"override published -> enforced through {name} in {took:.2f} s")
-    assert took <= POLL * 1.2 + 1.0
     assert _policy(name, switched) == '"tenant-s";q=100;w=2'
+    # from the first poll after the publish on: the poll after it already reports
+    # version 2 applied. (How many seconds that took is the poll interval plus
+    # this machine's delays, so it is only printed.)
+    wait_until(
+        lambda: any(v == "2" for t, v in polls if t > published),
+        timeout=60,
+        why="a poll reporting version 2 applied",
+    )
+    after = [applied for started, applied in polls if started > published]
+    assert "2" in after[:2], after
     burst = [call(port, "/v1/search", tenant="initech").status for _ in range(20)]
     assert burst == [200] * 20  # more than the old burst of 10
     # and the fleet shows the decision service on version 2, in sync
@@ -96,14 +121,14 @@ def test_gateway__override_published__enforced_within_the_poll_interval_and_seen
             for g in people.get("/api/v1/fleet").json()["gateways"]
             if g["gateway"] == f"{name}-e2e" and g["applied"] == 2
         ],
-        timeout=10,
+        timeout=60,
         why="the fleet report",
     )
     assert fleet[0]["state"] == "in sync"
     # and the gateway's decisions reach the dashboards' counts, rejections included
-    wait_until(lambda: _counted("limited") >= 1, timeout=15, why="rejections")
+    wait_until(lambda: _counted("limited") >= 1, timeout=60, why="rejections")
     wait_until(
-        lambda: _counted("allowed") >= admitted + 21, timeout=15, why="admissions"
+        lambda: _counted("allowed") >= admitted + 21, timeout=60, why="admissions"
     )
 
 
