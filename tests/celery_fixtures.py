@@ -21,7 +21,10 @@ import redis
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[1]
-READY_TIMEOUT = 60.0
+#: Seconds a Celery process has to say it is ready, and the default of wait_until:
+#: generous, as a loaded machine may take long to start Python and Django. A test
+#: that passes never waits for it; one that fails says what it waited for.
+READY_TIMEOUT = 120.0
 
 
 def broker_url(redis_server) -> str:

@@ -15,6 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils.datastructures import CaseInsensitiveMapping
 
+#: Seconds an answer is held at most: past any test's own timeout (pytest-timeout's 300).
+HOLD_TIMEOUT = 300
+
 
 @dataclass
 class Received:
@@ -29,11 +32,12 @@ class Receiver:
     statuses: list[int] = field(default_factory=list)
     requests: list[Received] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
-    #: when set by a test, each answer waits until the event is set
+    #: when set by a test, each answer waits until the event is set (at most
+    #: HOLD_TIMEOUT, so that a test that fails does not leave the server hanging)
     hold: threading.Event | None = None
     arrived: threading.Event = field(default_factory=threading.Event)
 
-    def wait_for_request(self, timeout: float = 30) -> None:
+    def wait_for_request(self, timeout: float = 120) -> None:
         if not self.arrived.wait(timeout):
             raise TimeoutError("no request arrived")
 
@@ -52,7 +56,7 @@ class Receiver:
                 )
                 receiver.arrived.set()
                 if receiver.hold is not None:
-                    receiver.hold.wait(30)
+                    receiver.hold.wait(HOLD_TIMEOUT)
                 code = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(code)
                 self.end_headers()

@@ -14,12 +14,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Seconds a server started here has to answer: generous, a loaded machine may take
+#: long to start a process, and no test is about how fast that is.
+START_TIMEOUT = 60.0
+#: Seconds a server has to end once asked (then it is killed).
+STOP_TIMEOUT = 60.0
 
 
 def free_port() -> int:
@@ -70,14 +77,20 @@ class RedisServer:
         self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Until the server answers PING; fail at once if it ended (a port taken meanwhile)."""
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
         deadline = time.monotonic() + timeout
         while True:
             try:
                 client.ping()
                 return
-            except redis.ConnectionError:
+            except (redis.ConnectionError, redis.TimeoutError):
+                if self.process is not None and self.process.poll() is not None:
+                    raise RuntimeError(
+                        f"redis-server on port {self.port} ended "
+                        f"(exit status {self.process.returncode})"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
@@ -87,7 +100,7 @@ class RedisServer:
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=STOP_TIMEOUT)
         self.process = None
 
     def restart(self) -> None:
@@ -98,7 +111,7 @@ class RedisServer:
         """SIGKILL, as a crash or an OOM kill would: no shutdown, nothing saved."""
         if self.process and self.process.poll() is None:
             self.process.kill()
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=STOP_TIMEOUT)
         self.process = None
 
     def cleanup(self) -> None:
@@ -167,12 +180,12 @@ class RedisClusterServers:
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            timeout=30,
+            timeout=120,
         )
         self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until every node reports the cluster ok with every slot assigned."""
         deadline = time.monotonic() + timeout
         for node in self.nodes:
@@ -191,7 +204,7 @@ class RedisClusterServers:
             finally:
                 client.close()
 
-    def wait_replicas(self, timeout: float = 20.0) -> None:
+    def wait_replicas(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until ``masters x replicas`` nodes are replicas linked to their master."""
         deadline = time.monotonic() + timeout
         while self._linked_replicas() < self.masters * self.replicas:
@@ -257,18 +270,18 @@ class ControlPlaneServer:
         self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Until a worker answers HTTP: gunicorn binds before its worker has booted, and
+        a request sent meanwhile waits for the boot (seconds, on a loaded machine)."""
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"gunicorn did not start:\n{self.log.read_text()[-3000:]}"
-                    ) from None
-                time.sleep(0.1)
+            if _answers_http(f"{self.url}/healthz", deadline):
+                return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"gunicorn did not start:\n{self.log.read_text()[-3000:]}"
+                )
+            time.sleep(0.1)
 
     def stop(self) -> None:
         """Stop the arbiter and its workers (this server's process group only)."""
@@ -308,26 +321,35 @@ class DemoGatewayServer:
         self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Until a worker answers HTTP (gunicorn binds before its workers boot)."""
-        import urllib.request
-
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                urllib.request.urlopen(f"{self.url}/healthz", timeout=1).close()
+            if _answers_http(f"{self.url}/healthz", deadline, only_2xx=True):
                 return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the demo gateway did not start:\n{self.log.read_text()[-3000:]}"
-                    ) from None
-                time.sleep(0.1)
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the demo gateway did not start:\n{self.log.read_text()[-3000:]}"
+                )
+            time.sleep(0.1)
 
     def stop(self) -> None:
         """SIGTERM to its process group: gunicorn stops its workers gracefully."""
         stop_gunicorn(self.process, self.log)
         self.process = None
+
+
+def _answers_http(url: str, deadline: float, *, only_2xx: bool = False) -> bool:
+    """Whether an HTTP server answers ``url`` before ``deadline`` (monotonic): a
+    connection accepted by a server still booting waits for it that long, not less."""
+    wait = max(1.0, deadline - time.monotonic())
+    try:
+        urllib.request.urlopen(url, timeout=wait).close()
+    except urllib.error.HTTPError:
+        return not only_2xx  # a worker answered, with an error status
+    except OSError:  # refused (not bound yet), reset, or no answer in time
+        return False
+    return True
 
 
 def stop_gunicorn(process: subprocess.Popen | None, log: Path) -> None:

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Seconds the script may take: it only stops one that hangs (a loaded machine is slow
+#: to start the shells and tools it runs).
+SCRIPT_TIMEOUT = 120
 RECORDER = """#!/bin/sh
 # Stands in for {name}: writes down its arguments (and DEBIAN_FRONTEND), installs nothing.
 echo "{name} $* DEBIAN_FRONTEND=${{DEBIAN_FRONTEND:-}}" >> "{calls}"
@@ -54,7 +57,7 @@ def _setup(checkout: Path, packages: str, *args: str) -> subprocess.CompletedPro
         env=env,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=SCRIPT_TIMEOUT,
         check=False,
     )
 
@@ -131,7 +134,7 @@ def test_setup__no_list__fails_before_doing_anything(checkout):
         env=_env(checkout),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=SCRIPT_TIMEOUT,
         check=False,
     )
     # Then it stops, naming the list, and calls no apt

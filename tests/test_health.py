@@ -7,12 +7,19 @@ import json
 import pytest
 from django.db import OperationalError, connection
 
+from tests.conftest import PATIENT_REDIS_TIMEOUT
 from tests.servers import RedisServer
 
 
 @pytest.fixture
-def own_redis(settings):
-    """The app's Redis on a server of this test's own, which the test may stop."""
+def own_redis(settings, monkeypatch):
+    """The app's Redis on a server of this test's own, which the test may stop.
+
+    The readiness check waits for its PONG as long as it takes: these tests judge what
+    /readyz says of a Redis that answers or is stopped (refused at once), and a loaded
+    machine must not turn a slow PONG into "failing". The product's 1 s is for probes.
+    """
+    monkeypatch.setattr("controlplane.health.REDIS_TIMEOUT", PATIENT_REDIS_TIMEOUT)
     server = RedisServer().start()
     settings.REDIS_URL = server.url
     yield server

@@ -13,9 +13,15 @@ from tests.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_DB = "postgres://postgres@127.0.0.1:5432/postgres"
+#: Seconds ``manage.py`` may take to start and answer: generous (Python and Django start
+#: slowly on a loaded machine); it only stops a command that hangs.
+COMMAND_TIMEOUT = 240
+#: ``preflight --wait`` for a Redis that does start: long enough for any start, as the
+#: test is about answering once it is up, not how soon.
+PATIENT_WAIT = 120
 
 
-def _manage(*args, **env):
+def _manage(*args, timeout: float = COMMAND_TIMEOUT, **env):
     environment = {**os.environ, **env}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -23,7 +29,7 @@ def _manage(*args, **env):
         env=environment,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
 
@@ -68,14 +74,23 @@ def test_preflight_wait__redis_that_starts_late__answers_once_it_is_up():
     # Given REDIS_URL and CELERY_BROKER_URL on a port where a Redis starts a second later
     # (as make run's private one does)
     server = RedisServer(port=free_port())
-    starter = threading.Timer(1.0, server.start)
+    started: list[BaseException | None] = []
+
+    def start_late():
+        try:
+            server.start()
+            started.append(None)
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            started.append(exc)
+
+    starter = threading.Timer(1.0, start_late)
     starter.start()
     try:
-        # When preflight waits up to 30 s
+        # When preflight waits for it (long enough for a slow start)
         result = _manage(
             "preflight",
             "--wait",
-            "30",
+            str(PATIENT_WAIT),
             DATABASE_URL=POSTGRES_DB,
             REDIS_URL=server.url,
             CELERY_BROKER_URL=f"redis://127.0.0.1:{server.port}/1",
@@ -84,6 +99,7 @@ def test_preflight_wait__redis_that_starts_late__answers_once_it_is_up():
         starter.join()
         server.cleanup()
     # Then it succeeds once the server answers
+    assert started == [None], started
     assert result.returncode == 0, result.stderr
     assert f"Redis {server.url} answer." in result.stdout
 
@@ -104,15 +120,19 @@ def test_preflight_wait__broker_never_answers__one_line_naming_celery_broker_url
 
 def test_preflight_wait__database_missing__fails_at_once():
     # Given a Postgres that answers without the database
+    wait = 200
     began = time.monotonic()
-    # When preflight may wait a minute but is not asked to create it
+    # When preflight may wait longer than any start takes, but is not asked to create it
+    # (the command is given no longer than that wait: one that waited would time out)
     result = _manage(
         "preflight",
         "--wait",
-        "60",
+        str(wait),
         DATABASE_URL="postgres://postgres@127.0.0.1:5432/sluice_does_not_exist",
+        timeout=wait,
     )
-    # Then it does not wait: waiting would not bring the database
+    # Then it does not wait: it fails before the time it was given runs out, as
+    # waiting would not bring the database
     assert result.returncode != 0
     assert "--create-database" in result.stderr
-    assert time.monotonic() - began < 30
+    assert time.monotonic() - began < wait

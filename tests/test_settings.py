@@ -22,6 +22,9 @@ from limits.models import ApiToken
 from tests.factories import UserFactory
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Seconds a command may take: it only stops one that hangs (a loaded machine starts
+#: Python and Django slowly).
+COMMAND_TIMEOUT = 240
 #: What the fresh interpreter reports of the settings it loaded.
 REPORT = """
 import json, django
@@ -50,7 +53,7 @@ def _settings_of(**env: str) -> subprocess.CompletedProcess:
         env=environment,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=COMMAND_TIMEOUT,
     )
 
 
@@ -141,7 +144,11 @@ def test_debug_page__superuser_in_the_admin__page_without_connection_urls(
 def test_make_developer_targets__turn_on_debug_and_private_webhooks(target):
     # When make prints what its developer targets run
     recipe = subprocess.run(
-        ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+        ["make", "-n", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
     ).stdout
     # Then they set DEBUG and SLUICE_WEBHOOK_ALLOW_PRIVATE, which default to off
     assert "DEBUG=${DEBUG:-1}" in recipe

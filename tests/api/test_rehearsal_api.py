@@ -17,6 +17,7 @@ from limits.traffic.stats import decision_stream_aggregate
 from sluice import DecisionEvents, Limiter
 from sluice.bucket import connect
 from sluice.bundle import parse_bundle_bytes
+from tests.conftest import PATIENT_REDIS_TIMEOUT
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
 
@@ -32,7 +33,7 @@ def rehearsed(rules, redis_server, redis_client):
         actor=actor, message="lower", effective_at=timezone.now() + timedelta(days=1)
     )
     bundle = parse_bundle_bytes(snapshot_bundle_get().body)
-    client = connect(redis_server.url, timeout=1.0)
+    client = connect(redis_server.url, timeout=PATIENT_REDIS_TIMEOUT)  # not its speed
     events = DecisionEvents(client, gateway_id="gw-r")
     limiter = Limiter(client, bundle, events=events)
     for _ in range(5):

@@ -15,6 +15,9 @@ from tests.factories import PolicyFactory, TenantFactory, TierFactory, UserFacto
 
 PAIRS = 10
 B = "/api/v1"
+#: Seconds a thread may take to reach the barrier, or to finish: generous, they only
+#: stop a test that hangs (what is checked is the answers, not how fast they came).
+PATIENT = 120
 
 
 def _race(secret: str, patch: tuple[str, dict], delete: str) -> list[int | str]:
@@ -24,7 +27,7 @@ def _race(secret: str, patch: tuple[str, dict], delete: str) -> list[int | str]:
     def call(method: str, url: str, body: dict | None = None) -> None:
         client = ApiClient(raise_request_exception=False).bearer(secret)
         try:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=PATIENT)
             response = getattr(client, method)(url, body, format="json")
             outcomes.append(response.status_code)
         except Exception as exc:  # reported by the assertion, with the thread's error
@@ -39,7 +42,8 @@ def _race(secret: str, patch: tuple[str, dict], delete: str) -> list[int | str]:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=PATIENT)
+    assert not any(thread.is_alive() for thread in threads), outcomes
     return outcomes
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, expect, sync_playwright
+
+from tests.conftest import PATIENT_REDIS_TIMEOUT
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -21,6 +23,14 @@ FLAGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "browser"
+#: Milliseconds Playwright waits for Chromium to start, for an element, a navigation or
+#: an ``expect``: generous (its defaults are 30 s and 5 s), as on a loaded machine
+#: Chromium and the live server are slow. A passing test never waits it out; a page
+#: that never shows what is expected still fails, after this long.
+TIMEOUT_MS = 120_000
+#: Seconds a gateway's poll or a limiter's Redis call may take in a journey (their
+#: defaults, 2 s and 5 ms, would turn a slow answer into a failed poll or a fail-open)
+PATIENT = PATIENT_REDIS_TIMEOUT
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +47,18 @@ def browser():
     # are still plain synchronous calls, so its async-context guard is lifted.
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        expect.set_options(timeout=TIMEOUT_MS)
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=FLAGS, timeout=TIMEOUT_MS
+        )
         yield browser
         browser.close()
+
+
+@pytest.fixture(autouse=True)
+def _patient_poll_redis(patient_poll_redis):
+    """The live server's poll path waits for Redis as long as it takes: a journey checks
+    what the fleet page shows, not how fast Redis answered (tests/conftest.py)."""
 
 
 @pytest.fixture
@@ -53,7 +72,8 @@ def page(browser, live_server, demo):
     context = browser.new_context(
         base_url=live_server.url, viewport={"width": 1280, "height": 900}
     )
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(TIMEOUT_MS)
+    context.set_default_navigation_timeout(TIMEOUT_MS)
     page = context.new_page()
     yield page
     context.close()
@@ -68,8 +88,31 @@ def login(page: Page, username: str) -> None:
     page.wait_for_url("**/admin/")
 
 
+def submit(page: Page, selector: str) -> None:
+    """Click a button that posts a form and wait for the page that answers it.
+
+    For a form whose answer comes back at the same URL (a change request's own
+    buttons): ``wait_for_url`` would return at once, and the next step would act on
+    the page that is going away.
+    """
+    with page.expect_navigation():
+        page.click(selector)
+
+
 def save_screenshot(page: Page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def decide_until_limited(limiter, **request) -> list:
+    """Decide ``request`` until the limiter limits it, and return every decision.
+
+    A bucket refills while a loaded machine decides slowly: a fixed number of calls
+    may all be admitted, so the loop stops at the first limited one (at most 1,000).
+    """
+    decisions = []
+    while all(d.allowed for d in decisions) and len(decisions) < 1000:
+        decisions.append(limiter.decide(**request))
+    return decisions

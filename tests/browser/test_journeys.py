@@ -8,7 +8,12 @@ from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
 from limits.models import GatewayToken, Policy
 from sluice.source import PollResult, SnapshotSource
-from tests.browser.conftest import login, save_screenshot
+from tests.browser.conftest import (
+    PATIENT,
+    decide_until_limited,
+    login,
+    save_screenshot,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,6 +108,7 @@ def test_fleet__demo_gateway_polls__shown_in_sync(
         secret,
         gateway_id="demo-gateway",
         cache_path=tmp_path / "lkg.json",
+        timeout=PATIENT,
     )
     assert gateway.poll_once() == PollResult.APPLIED
     assert (
@@ -126,18 +132,17 @@ def test_dashboard__limited_traffic__charts_render_with_data(page, redis_server)
     from sluice.metrics import DecisionEvents
 
     events = DecisionEvents(
-        connect(redis_server.url, timeout=1.0), gateway_id="demo-gateway"
+        connect(redis_server.url, timeout=PATIENT), gateway_id="demo-gateway"
     )
     limiter = Limiter(
         redis_server.url,
         snapshot_document(snapshot_get_active()),
-        timeout=1.0,
+        timeout=PATIENT,
         events=events,
     )
-    decisions = [
-        limiter.decide(method="GET", path="/v1/search", tenant="initech", user="u1")
-        for _ in range(30)
-    ]
+    decisions = decide_until_limited(
+        limiter, method="GET", path="/v1/search", tenant="initech", user="u1"
+    )
     events.flush()
     decision_stream_aggregate()
     assert any(not d.allowed for d in decisions)

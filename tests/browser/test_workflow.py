@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
 
 from limits.changes.publishing import change_request_publish
 from limits.changes.services import (
@@ -40,7 +41,13 @@ from limits.versions.selectors import (
 from sluice import Limiter, connect
 from sluice.metrics import DecisionEvents
 from sluice.source import PollResult, SnapshotSource
-from tests.browser.conftest import login, save_screenshot
+from tests.browser.conftest import (
+    PATIENT,
+    decide_until_limited,
+    login,
+    save_screenshot,
+    submit,
+)
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -164,14 +171,15 @@ def test_product__lowering_reaching_30_tenants__published_after_a_second_approva
     assert "30 tenants" in page.text_content("#reach")
     approval = page.text_content("#approval")
     assert "it lowers limits and it reaches 30 tenants (more than 25)" in approval
-    page.click("input[value='Submit for review']")
-    page.wait_for_url("**/admin/limits/changerequest/*/change/")
+    # (its answer comes back at the same URL: wait for that page, not the one before)
+    submit(page, "input[value='Submit for review']")
     # And product cannot publish it alone
     page.click("#publish-link")
     page.fill("#id_effective_at", _later())
-    page.click("input[value=Publish]")
-    refused = page.text_content("#publish-errors")
-    assert "needs the approval of a second person with the product role" in refused
+    submit(page, "input[value=Publish]")
+    expect(page.locator("#publish-errors")).to_contain_text(
+        "needs the approval of a second person with the product role"
+    )
     request = ChangeRequest.objects.get(author__username="product")
     assert (request.state, request.published_version) == ("open", None)
     # When a second product person opens it from their home page and approves it
@@ -181,8 +189,8 @@ def test_product__lowering_reaching_30_tenants__published_after_a_second_approva
     reviewer = other.new_page()
     login(reviewer, "product2")
     reviewer.click(f"#home-requests a >> text=#{request.pk}")
-    reviewer.click("input[value=Approve]")
-    assert "Approved." in reviewer.text_content(".messagelist")
+    submit(reviewer, "input[value=Approve]")
+    expect(reviewer.locator(".messagelist")).to_contain_text("Approved.")
     other.close()
     # Then the author publishes it, with the notice period
     page.goto(f"/admin/limits/changerequest/{request.pk}/publish/")
@@ -206,7 +214,7 @@ def _api(live_server, token: str, method: str, path: str, body: dict | None = No
             "Content-Type": "application/json",
         },
     )
-    with urllib.request.urlopen(request, timeout=15) as response:
+    with urllib.request.urlopen(request, timeout=PATIENT) as response:
         return response.read().decode()
 
 
@@ -221,15 +229,17 @@ def test_home__real_data__the_state_of_things_at_1280_px(
         secret,
         gateway_id="gw-eu-1",
         cache_path=tmp_path / "lkg.json",
+        timeout=PATIENT,
     )
     assert gateway.poll_once() == PollResult.APPLIED
     events = DecisionEvents(
-        connect(redis_server.url, timeout=1.0), gateway_id="gw-eu-1"
+        connect(redis_server.url, timeout=PATIENT), gateway_id="gw-eu-1"
     )
     document = snapshot_document(snapshot_get_active())
-    limiter = Limiter(redis_server.url, document, timeout=1.0, events=events)
-    for _ in range(30):
-        limiter.decide(method="GET", path="/v1/search", tenant="initech", user="u1")
+    limiter = Limiter(redis_server.url, document, timeout=PATIENT, events=events)
+    decide_until_limited(
+        limiter, method="GET", path="/v1/search", tenant="initech", user="u1"
+    )
     events.flush()
     decision_stream_aggregate()
     # And an override of acme expiring in 2 days, a lowering scheduled in 15

@@ -12,6 +12,12 @@ from tests.limits.announce_fixtures import published  # noqa: F401  (fixture)
 from tests.receiver import receiver  # noqa: F401  (fixture)
 
 
+@pytest.fixture(autouse=True)
+def _patient_poll_redis(patient_poll_redis):
+    """Polls here are judged on what they record, not on how fast Redis answered them
+    (tests/conftest.py: ``patient_poll_redis``)."""
+
+
 def _user(username: str, role: Role | None):
     users = get_user_model()
     if role is None:

@@ -320,8 +320,11 @@ def test_webhook_endpoint__secret__encrypted_at_rest_never_audited(rules):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_delivery_send__two_workers_at_once__one_request(rules, receiver):
-    # Given a delivery whose receiver holds the first request until released
+def test_delivery_send__two_workers_at_once__one_request(rules, receiver, settings):
+    # Given a delivery whose receiver holds the first request until released (the
+    # sender waits for its answer as long as that takes: the 10 s it is given in
+    # production would time out on a machine slow to run the second worker)
+    settings.SLUICE_WEBHOOK_TIMEOUT = 240
     endpoint, _ = endpoint_for(rules["acme"], receiver.url)
     delivery = webhook_endpoint_test(endpoint=endpoint, actor=SYSTEM)
     receiver.hold = threading.Event()

@@ -168,7 +168,7 @@ def _manage(*args: str, db: str, redis) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,  # stops a command that hangs; a loaded machine starts Django slowly
     )
 
 

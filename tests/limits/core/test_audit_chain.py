@@ -4,7 +4,6 @@ refuses to erase it, and ``audit_verify`` names the first entry that was tampere
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -16,9 +15,25 @@ from limits.core.audit import Actor, audit_record
 from limits.core.chain import GENESIS, chain_verify, entry_digest
 from limits.models import AuditEntry
 from limits.rules import services as rules_services
+from tests.celery_fixtures import wait_until
 from tests.factories import TierFactory
 
 pytestmark = pytest.mark.django_db
+
+#: Seconds a thread of these tests may take to get somewhere: generous, it only stops
+#: a test that hangs (the order of events is checked with Postgres, not with time).
+PATIENT = 120
+
+
+def _waiting_for_a_lock() -> bool:
+    """Whether a session of this database waits for a lock, as Postgres sees it (asked
+    outside a transaction, so the activity view is read afresh each time)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
 
 
 def _record(n: int, **fields) -> AuditEntry:
@@ -124,7 +139,7 @@ def test_audit_record__two_transactions_at_once__chain_does_not_fork():
                     obj=TierFactory.build(slug="slow"), actor=Actor()
                 )
                 recorded.set()
-                release.wait(5)
+                release.wait(PATIENT)
         except BaseException as exc:  # reported by the test
             errors.append(exc)
             recorded.set()
@@ -133,8 +148,8 @@ def test_audit_record__two_transactions_at_once__chain_does_not_fork():
 
     thread = threading.Thread(target=slow_writer)
     thread.start()
-    assert recorded.wait(5)
-    # When another writer records a change meanwhile (it waits for the first to commit)
+    assert recorded.wait(PATIENT)
+    # When another writer records a change meanwhile
     second = threading.Thread(
         target=lambda: (
             rules_services.rule_save(obj=TierFactory.build(slug="fast"), actor=Actor()),
@@ -142,12 +157,16 @@ def test_audit_record__two_transactions_at_once__chain_does_not_fork():
         )
     )
     second.start()
-    second.join(0.5)
-    assert second.is_alive()  # held by the chain lock, not linked to a stale head
+    # Then it waits for the first to commit: held by the chain lock (Postgres says it
+    # waits for one), not linked to a stale head
+    wait_until(_waiting_for_a_lock, why="the second writer to wait for the chain lock")
+    assert second.is_alive()
     release.set()
-    thread.join(5)
-    second.join(5)
-    # Then both are recorded, one after the other, and the chain verifies
+    thread.join(PATIENT)
+    second.join(PATIENT)
+    # And both are recorded, one after the other, and the chain verifies
+    assert not thread.is_alive()
+    assert not second.is_alive()
     assert not errors
     assert list(
         AuditEntry.objects.order_by("id").values_list("object_repr", flat=True)
@@ -179,14 +198,14 @@ def test_limit_edit_racing_a_publish__both_complete_one_after_the_other(rules):
 
     # Given a publish that holds its locks and is about to rewrite a policy's row
     policy = Policy.objects.get(tier__slug="free", route=None)
-    locked, errors = threading.Event(), []
+    locked, proceed, errors = threading.Event(), threading.Event(), []
 
     def publish():
         try:
             with transaction.atomic():
                 publishing_lock(rules=True)
                 locked.set()
-                time.sleep(0.5)  # the edit below arrives meanwhile
+                proceed.wait(PATIENT)  # until the edit below waits for these locks
                 Policy.objects.filter(pk=policy.pk).update(reason="published")
                 _record(1)
         except BaseException as exc:  # reported by the test
@@ -207,13 +226,21 @@ def test_limit_edit_racing_a_publish__both_complete_one_after_the_other(rules):
 
     publisher = threading.Thread(target=publish)
     publisher.start()
-    assert locked.wait(5)
-    # When an API edit of that policy's limit comes in during the publish
+    assert locked.wait(PATIENT)
+    # When an API edit of that policy's limit comes in during the publish (and waits
+    # for its locks, as Postgres sees it), then the publish goes on
     editor = threading.Thread(target=edit)
     editor.start()
-    publisher.join(10)
-    editor.join(10)
+    wait_until(
+        lambda: errors or _waiting_for_a_lock(),
+        why="the edit to wait for the publish's locks",
+    )
+    proceed.set()
+    publisher.join(PATIENT)
+    editor.join(PATIENT)
     # Then neither deadlocks: both are written, in turn, and the chain verifies
+    assert not publisher.is_alive()
+    assert not editor.is_alive()
     assert not errors, errors
     policy.refresh_from_db()
     assert policy.reason == "published"

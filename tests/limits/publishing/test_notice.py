@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -17,6 +16,7 @@ from limits.publishing.notice import NoticePeriodTooShort
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import snapshot_publish
 from limits.rules.services import rule_delete
+from tests.celery_fixtures import wait_until
 from tests.factories import PolicyFactory, RouteFactory
 from tests.limits.announce_fixtures import lower_pro_search
 
@@ -59,9 +59,11 @@ def _acme_to_free(rules):
 def test_snapshot_publish__notice_rule__lowerings_wait_the_notice_period(
     rules, published, change, days, allowed
 ):
-    # Given a change to the working copy, published to take effect in `days` (None: now)
+    # Given a change to the working copy, published to take effect in `days` (None: now),
+    # and an hour (the notice counts from the publish, a moment later than this: an hour
+    # covers that moment on any machine, and is far from the next day either way)
     change(rules)
-    effective_at = timezone.now() + days * DAY + timedelta(minutes=1) if days else None
+    effective_at = timezone.now() + days * DAY + timedelta(hours=1) if days else None
     # When it is published without an emergency reason
     try:
         row = snapshot_publish(actor=SYSTEM, message="m", effective_at=effective_at)
@@ -90,8 +92,12 @@ def test_snapshot_publish__override_removed__notice_only_while_it_still_applies(
         limit__burst=1000,
     )
     snapshot_publish(actor=SYSTEM, message="Launch week for acme")
-    if expired:  # and the time passes
-        time.sleep(max(0.0, (expires - timezone.now()).total_seconds()) + 1.0)
+    if expired:  # and the time passes (a publish counts in whole seconds)
+        wait_until(
+            lambda: timezone.now().replace(microsecond=0) > expires,
+            every=0.1,
+            why="the override's expiry",
+        )
     # When support clears it away and that is published now
     rule_delete(obj=Policy.objects.get(pk=override.pk), actor=SYSTEM, reason="done")
     try:
@@ -115,22 +121,26 @@ def test_snapshot_publish__lowering_too_soon__error_names_changes_and_earliest_t
     settings.SLUICE_NOTICE_PERIOD_DAYS = 3
     lower_pro_search(rules)
     # When it is published to take effect in two days
+    before = timezone.now()
     with pytest.raises(ValidationError) as caught:
         snapshot_publish(
             actor=SYSTEM, message="m", effective_at=timezone.now() + 2 * DAY
         )
+    after = timezone.now()
     # Then the error, on effective_at, names the lowered change and the earliest time
     error = caught.value
     assert isinstance(error, NoticePeriodTooShort)
     text = error.message_dict["effective_at"][0]
     assert "tier pro · search: per tenant: 50 / s, burst 100 → 20 / s, burst 40" in text
     assert f"{error.earliest:%Y-%m-%d %H:%M:%S} UTC" in text
-    assert timedelta(days=3) - timedelta(seconds=5) < error.earliest - timezone.now()
-    # And three days and a minute is enough
+    # (three days after the publish, which happened, in whole seconds, in between)
+    published = before.replace(microsecond=0), after
+    assert published[0] + 3 * DAY <= error.earliest <= published[1] + 3 * DAY
+    # And three days and an hour is enough (the hour covers the time the publish takes)
     row = snapshot_publish(
         actor=SYSTEM,
         message="m",
-        effective_at=timezone.now() + 3 * DAY + timedelta(minutes=1),
+        effective_at=timezone.now() + 3 * DAY + timedelta(hours=1),
     )
     assert row.activated_at is None
 

@@ -342,13 +342,16 @@ def test_snapshot_publish__concurrent_threads__consecutive_versions_nothing_lost
     def edit_and_publish(n: int) -> None:
         try:
             for round_ in range(3):
-                barrier.wait(timeout=30)
+                # (publishes are serialized: a round lasts as long as four of them take
+                # on this machine; the timeout only stops a test that hangs)
+                barrier.wait(timeout=120)
                 Tier.objects.filter(slug=f"t{n}").update(name=f"round {round_}")
                 # NothingToPublish: another thread's publish already carried this edit
                 with contextlib.suppress(NothingToPublish):
                     snapshot_publish(actor=SYSTEM, message=f"t{n} round {round_}")
         except Exception as exc:  # reported below, with its thread
             failures.append((n, exc))
+            barrier.abort()  # the others stop waiting for this one
         finally:
             connection.close()
 
