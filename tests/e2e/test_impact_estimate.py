@@ -1,11 +1,14 @@
-"""The impact estimate against the truth: real decisions recorded, then the same requests
-decided again under the lowered rules.
+"""The impact estimate against the truth: one schedule of real decisions, recorded, and
+what the lowered rules really rejected of it.
 
-A ``Limiter`` decides a bursty schedule of acme's searches against the suite's
-private Redis under the rules in force; its decision events go through the
-stream and the real aggregation into Postgres. The estimate of a lowering is
-then compared with what the very same schedule gets from a ``Limiter`` running
-the lowered rules (fresh buckets, the same timing).
+A ``Limiter`` running the lowered rules decides a bursty schedule of acme's
+searches against the suite's private Redis; its decision events go through the
+stream and the real aggregation into Postgres. The estimate of the lowering from
+that recording (which counts every request that came, whatever it was answered)
+is then compared with the rejections the same requests really got. Estimate and
+truth see the very same arrivals: a loaded machine that plays the schedule late
+or in bunches changes both alike, so the verdict is about the estimate, not
+about how punctually the machine played the schedule.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def bursty_schedule(seconds: int, seed: int) -> list[float]:
 
 
 def run(limiter: Limiter, offsets: list[float]) -> int:
-    """Decide acme's searches at ``offsets`` after now, on time; return the rejections."""
+    """Decide acme's searches at ``offsets`` after now, as punctually as the machine
+    allows; return the rejections."""
     start = time.monotonic() + 0.2
     rejected = 0
     for offset in offsets:
@@ -68,15 +72,15 @@ def run(limiter: Limiter, offsets: list[float]) -> int:
 def test_estimate__lowering_on_recorded_real_traffic__within_10_percent_of_the_truth(
     redis_server, redis_client
 ):
-    # Given 30 s of bursty searches decided under the rules in force, recorded
+    # Given 30 s of bursty searches decided by the lowered rules, recorded
     client = connect(redis_server.url, timeout=1.0)
     events = DecisionEvents(client, gateway_id="gw-e2e")
     offsets = bursty_schedule(30, seed=0)
-    assert run(Limiter(client, snapshot(IN_FORCE), events=events), offsets) == 0
+    truth = run(Limiter(client, snapshot(LOWERED, version=2), events=events), offsets)
     events.flush()
     decision_stream_aggregate()
     assert sum(DecisionPeak.objects.values_list("count", flat=True)) == len(offsets)
-    # When the lowering is estimated from what was recorded
+    # When the lowering from the rules in force is estimated from what was recorded
     impact = impact_estimate(
         old=IN_FORCE,
         new=LOWERED,
@@ -84,10 +88,13 @@ def test_estimate__lowering_on_recorded_real_traffic__within_10_percent_of_the_t
         now=timezone.now() + timedelta(minutes=1),
     )
     (row,) = impact.rows
-    # and the same schedule is decided again under the lowered rules, fresh buckets
-    redis_client.flushdb()
-    truth = run(Limiter(client, snapshot(LOWERED, version=2)), offsets)
-    # Then the estimate is within 10 % of the rejections the lowered rules really made
+    # Then it saw every request, knows what was rejected when they came, and its
+    # estimate is within 10 % of the rejections the lowered rules really made
+    print(
+        f"estimate {row.rejected_new} rejections of {len(offsets)} searches; "
+        f"the lowered rules made {truth}"
+    )
     assert truth > 100
     assert row.seen == len(offsets)
+    assert row.rejected_now == truth
     assert abs(row.rejected_new - truth) <= 0.10 * truth, (row.rejected_new, truth)

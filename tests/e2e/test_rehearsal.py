@@ -1,9 +1,13 @@
 """A scheduled lowering rehearsed by a gateway, then in force: the rehearsal foretold it.
 
-The same fixed schedule of requests goes through a real limiter twice, on real
-Redis, with its decision events rolled up into Postgres by the real
-aggregation: first while the lowering is scheduled (rehearsed in shadow), then
-with the lowering in force (its clock moved past the effective time).
+One fixed schedule of requests goes through two real limiters in lockstep, on
+real Redis, with their decision events rolled up into Postgres by the real
+aggregation: one gateway while the lowering is scheduled (rehearsed in shadow),
+and one whose clock is past the effective time (the lowering in force), on a
+database of its own so that their buckets are apart. Each request is decided by
+both, one right after the other: the rehearsal and the truth see the same
+arrivals, so a loaded machine that plays the schedule late or in bunches
+changes both alike.
 """
 
 from __future__ import annotations
@@ -45,14 +49,16 @@ def lowering(rules):
     return parse_bundle_bytes(snapshot_bundle_get().body)
 
 
-def send(limiter: Limiter) -> list[bool]:
-    """The fixed schedule: request i at start + i / RATE (never sooner)."""
-    start, answers = time.monotonic(), []
+def send(*limiters: Limiter) -> list[list[bool]]:
+    """The fixed schedule: request i at start + i / RATE (never sooner), decided by
+    each of ``limiters`` in turn; what each answered, in order."""
+    start, answers = time.monotonic(), [[] for _ in limiters]
     for i in range(int(RATE * SECONDS)):
         delay = start + i / RATE - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        answers.append(limiter.decide(route="search", tenant="acme").allowed)
+        for limiter, answered in zip(limiters, answers, strict=True):
+            answered.append(limiter.decide(route="search", tenant="acme").allowed)
     return answers
 
 
@@ -65,13 +71,19 @@ def test_rehearsal__lowering_scheduled_then_in_force__foretells_its_rejections(
     lowering, redis_server, redis_client
 ):
     # Given a gateway's limiter and decision events on real Redis, version 1 in
-    # force and the lowering (version 2) scheduled
+    # force and the lowering (version 2) scheduled, and a gateway whose clock is
+    # past version 2's effective time, its buckets on another database
     client = connect(redis_server.url, timeout=1.0)
+    in_force_client = connect(redis_server.url.removesuffix("/0") + "/1", timeout=1.0)
+    in_force_client.flushdb()
     events = DecisionEvents(client, gateway_id="rehearsal-gw")
     since = timezone.now() - timedelta(minutes=1)
-    # When acme's traffic goes through while version 2 is only scheduled
     rehearsing = Limiter(client, lowering, events=events)
-    before = send(rehearsing)
+    in_force = Limiter(
+        in_force_client, lowering, events=events, wall=lambda: time.time() + 2 * 86400
+    )
+    # When acme's traffic goes through both, each request to one then the other
+    before, after = send(rehearsing, in_force)
     events.flush()
     decision_stream_aggregate()
     # Then version 1 admitted everything, and the rehearsal counted every request
@@ -80,20 +92,15 @@ def test_rehearsal__lowering_scheduled_then_in_force__foretells_its_rejections(
     (figure,) = rehearsal_figures(version=2, since=since)
     assert (figure.tenant, figure.route, figure.requests) == ("acme", "search", 600)
     foretold = figure.would_reject
-    # When the same traffic comes once version 2 is in force (fresh buckets)
-    client.delete(*client.keys("rl:*"))
-    in_force = Limiter(
-        client, lowering, events=events, wall=lambda: time.time() + 2 * 86400
-    )
-    after = send(in_force)
-    events.flush()
-    decision_stream_aggregate()
-    # Then it rejects what the rehearsal foretold, within 10 %
+    # and version 2 in force rejected what the rehearsal foretold, within 10 %
     real = limited("acme")
     assert real == after.count(False)
     print(f"rehearsal foretold {foretold} rejections; version 2 made {real}")
     assert real > 0
     assert abs(foretold - real) <= 0.1 * real
-    # and nothing was rehearsed once version 2 was in force (none is scheduled after it)
+    # and nothing was rehearsed by the gateway with version 2 in force (none is
+    # scheduled after it)
     assert rehearsal_figures(version=2, since=since)[0].requests == 600
+    in_force_client.flushdb()
+    in_force_client.close()
     client.close()

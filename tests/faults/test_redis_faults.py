@@ -68,6 +68,29 @@ def every_thread_every_route(traffic: Traffic):
     )
 
 
+def wait_open_and_deciding(
+    traffic: Traffic, breaker: WatchedBreaker, *, why: str
+) -> float:
+    """Wait until ``breaker`` opens, then until every thread has decided every route
+    after that (a thread stuck on Redis would never get there); return when it opened."""
+    wait_until(
+        lambda: breaker.state is not BreakerState.CLOSED,
+        timeout=PATIENCE,
+        every=0.01,
+        why="the breaker opening",
+    )
+    opened, mark = time.monotonic(), len(traffic.seen)
+    wait_seen(
+        traffic,
+        lambda seen: every_thread_every_route(traffic)(
+            [s for s in seen if s.at >= opened]
+        ),
+        since=mark,
+        why=why,
+    )
+    return opened
+
+
 def probes_allowed(breaker: WatchedBreaker, seconds: float) -> int:
     """The most calls an open breaker lets through in ``seconds``: one per cooldown
     (its shortest wait), and the one due when they began."""
@@ -91,21 +114,8 @@ def test_redis_paused__under_load__fails_over_per_route_without_pile_up_then_rec
     admin.execute_command("CLIENT", "PAUSE", HOLD_MS, "WRITE")
     paused = time.monotonic()  # the reply came: the pause is in force from here
     try:
-        wait_until(
-            lambda: breaker.state is not BreakerState.CLOSED,
-            timeout=PATIENCE,
-            every=0.01,
-            why="the breaker opening",
-        )
-        opened, mark = time.monotonic(), len(traffic.seen)
-        # (a thread waiting for Redis would never answer again while it is paused)
-        wait_seen(
-            traffic,
-            lambda seen: every_thread_every_route(traffic)(
-                [s for s in seen if s.at >= opened]
-            ),
-            since=mark,
-            why="every thread deciding while Redis is paused",
+        opened = wait_open_and_deciding(
+            traffic, breaker, why="every thread deciding while Redis is paused"
         )
         time.sleep(max(0.0, paused + FAULT - time.monotonic()))
         back = time.monotonic()
@@ -171,20 +181,8 @@ def test_redis_killed_and_restarted__under_load__breaker_opens_then_script_reloa
     # thread has gone on deciding with the breaker open and FAULT s have passed
     server.kill()
     killed = time.monotonic()
-    wait_until(
-        lambda: breaker.state is not BreakerState.CLOSED,
-        timeout=PATIENCE,
-        every=0.01,
-        why="the breaker opening",
-    )
-    opened, mark = time.monotonic(), len(traffic.seen)
-    wait_seen(
-        traffic,
-        lambda seen: every_thread_every_route(traffic)(
-            [s for s in seen if s.at >= opened]
-        ),
-        since=mark,
-        why="every thread deciding while Redis is dead",
+    opened = wait_open_and_deciding(
+        traffic, breaker, why="every thread deciding while Redis is dead"
     )
     time.sleep(max(0.0, killed + FAULT - time.monotonic()))
     restarted, mark = time.monotonic(), len(traffic.seen)
