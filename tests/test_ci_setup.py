@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.celery_fixtures import wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds the script may take: it only stops one that hangs (a loaded machine is slow
 #: to start the shells and tools it runs).
@@ -158,5 +160,44 @@ def test_apt_packages__the_repository_list__names_what_the_suite_runs():
         "pg_isready",
         "pg_ctlcluster",
         "chromium",
+        "stress-ng",  # make test-loaded (.ci/loaded)
     } <= commands
     assert all(1 <= len(row) <= 2 for row in rows), rows
+
+
+def _stress_ng_pids() -> set[int]:
+    found = subprocess.run(
+        ["pgrep", "-x", "stress-ng"], capture_output=True, text=True, check=False
+    )
+    return {int(pid) for pid in found.stdout.split()}
+
+
+def test_loaded__command_fails__its_exit_status_and_no_load_left_behind():
+    # Given the load that may already run (make test-loaded runs this test under one)
+    before = _stress_ng_pids()
+    # When .ci/loaded runs a command that lists the stress-ng processes, then fails
+    result = subprocess.run(
+        [
+            str(ROOT / ".ci" / "loaded"),
+            "sh",
+            "-c",
+            "sleep 1; pgrep -x stress-ng; exit 3",
+        ],
+        env={**os.environ, "LOAD_FACTOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # Then the command ran beside a load of its own, and its status is the script's
+    started = {int(pid) for pid in result.stdout.split() if pid.isdigit()} - before
+    assert started, result.stdout + result.stderr
+    assert result.returncode == 3
+    assert f"beside {len(os.sched_getaffinity(0))} CPU hogs" in result.stdout
+    # and nothing of that load outlives it
+    wait_until(
+        lambda: not (started & _stress_ng_pids()),
+        timeout=60,
+        every=0.1,
+        why="the load's stress-ng processes to end",
+    )
