@@ -110,8 +110,10 @@ class Engine:
         """Resolve the request's policy at ``now`` (epoch seconds) and build its keys.
 
         ``cost`` replaces the route's cost when given (a limit's own cost still wins).
+        Without ``route``, the route is matched by ``method`` and ``path``, or by
+        ``path`` alone when ``method`` is None (:meth:`.RouteTable.match`).
         """
-        if route is None and method is not None and path is not None:
+        if route is None and path is not None:
             matched = self.resolver.match_route(method, path)
             route = matched.slug if matched else None
         plan, slug, mode, route_cost, rehearsal, scheduled = self._resolved(

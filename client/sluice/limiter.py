@@ -368,7 +368,8 @@ class Limiter(LimiterCore):
         ip: str | None = None,
         cost: int | None = None,
     ) -> Decision:
-        """Decide one request, by ``route`` slug or by ``method`` and ``path``.
+        """Decide one request, by ``route`` slug or by ``method`` and ``path``
+        (``path`` alone: the route when only one route has that path).
 
         Charges every limit of the winning policy or none. ``cost`` (tokens)
         replaces the route's cost when given; a limit's own cost still wins.

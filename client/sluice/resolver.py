@@ -96,8 +96,9 @@ class Resolver:
                 permanent = policy
             self._index[(policy.scope, policy.route)] = (override, permanent)
 
-    def match_route(self, method: str, path: str) -> Route | None:
-        """Return the route a request's method and path belong to, or None."""
+    def match_route(self, method: str | None, path: str) -> Route | None:
+        """Return the route a request's method and path belong to, or None
+        (without a method: the one route of the path, see :meth:`.RouteTable.match`)."""
         return self.routes.match(method, path)
 
     def resolve(

@@ -96,11 +96,18 @@ class RouteTable:
                 )
             node.routes[method] = route
 
-    def match(self, method: str, path: str) -> Route | None:
-        """Return the route for a request, or None; HEAD falls back to GET."""
-        segments = path.strip("/").split("/") if path.strip("/") else []
-        leaves: list[_Node] = []
-        _collect(self._root, segments, 0, leaves)
+    def match(self, method: str | None, path: str) -> Route | None:
+        """Return the route for a request, or None; HEAD falls back to GET.
+
+        Without a method (a gateway that sends the path alone), the path decides
+        when it matches exactly one route, whatever that route's methods; a path
+        that several routes share matches none, since only the method could
+        choose between them (:meth:`candidates` names them).
+        """
+        leaves = self._leaves(path)
+        if method is None:
+            found = _distinct(leaves)
+            return found[0] if len(found) == 1 else None
         for leaf in leaves:  # most literal first
             route = leaf.routes.get(method)
             if route is None and method == "HEAD":
@@ -108,6 +115,21 @@ class RouteTable:
             if route is not None:
                 return route
         return None
+
+    def candidates(self, path: str) -> tuple[Route, ...]:
+        """Every route whose pattern matches ``path``, whatever its methods, most literal first."""
+        return _distinct(self._leaves(path))
+
+    def _leaves(self, path: str) -> list[_Node]:
+        segments = path.strip("/").split("/") if path.strip("/") else []
+        leaves: list[_Node] = []
+        _collect(self._root, segments, 0, leaves)
+        return leaves
+
+
+def _distinct(leaves: list[_Node]) -> tuple[Route, ...]:
+    """The routes of ``leaves`` in order, each once (a route claims one leaf per method)."""
+    return tuple({id(r): r for leaf in leaves for r in leaf.routes.values()}.values())
 
 
 def _collect(node: _Node, segments: list[str], index: int, leaves: list[_Node]) -> None:

@@ -7,9 +7,16 @@ from datetime import timedelta
 
 import pytest
 
-from sluice import Bundle, Limiter, Outcome
+from sluice import Bundle, FailureMode, Limiter, Outcome, Route
 from tests.celery_fixtures import wait_until
-from tests.client.factories import PUBLISHED, limit, policy, rules, snapshot
+from tests.client.factories import (
+    PUBLISHED,
+    ROUTES,
+    limit,
+    policy,
+    rules,
+    snapshot,
+)
 
 
 def limiter_for(store, *policies, wall=time.time, **options) -> Limiter:
@@ -243,6 +250,27 @@ def test_decide__unknown_route__default_policy_applies(store):
     assert decision.route is None
     assert decision.policy.route == "*"
     assert decision.limit == 1000
+
+
+def test_decide__path_without_method__its_one_route_or_none_when_shared(store):
+    # Given orders.read alone on /v1/orders/{id}, and orders.list (GET) and
+    # orders.create (POST) sharing /v1/orders
+    listing = Route("orders.list", ("GET",), "/v1/orders", 1, FailureMode.OPEN)
+    limiter = Limiter(
+        store.client,
+        snapshot(rules(routes={**ROUTES, "orders.list": listing})),
+        wall=time.time,
+    )
+    # When requests come with a path and no method
+    read = limiter.decide(path="/v1/orders/17", ip="10.0.0.1")
+    shared = limiter.decide(path="/v1/orders", ip="10.0.0.1")
+    # Then the path of one route names it, whatever its methods; a path that
+    # two routes share names neither (the method would choose)
+    assert read.route == "orders.read"
+    assert shared.route is None
+    assert shared.policy.route == "*"
+    # and with the method, the shared path names its route as always
+    assert limiter.decide(method="POST", path="/v1/orders").route == "orders.create"
 
 
 def test_decide__script_flushed__reloads_and_decides(store):

@@ -16,7 +16,7 @@ import pytest
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
-from sluice import STREAM_KEY, Bundle
+from sluice import STREAM_KEY, Bundle, FailureMode, Route
 from tests.celery_fixtures import wait_until
 from tests.client.factories import (
     PUBLISHED,
@@ -172,6 +172,72 @@ def test_rls__route_by_slug__generic_key(rls):
     # Then the search limit applies as for /v1/search
     assert replies[-1].overall_code == Response.OVER_LIMIT
     assert replies[0].statuses[0].current_limit.name == "tenant-min"
+
+
+def test_rls__no_method__the_path_names_its_one_route_and_a_shared_path_is_told(
+    serve, redis_client
+):
+    # Given search alone on /v1/search, and orders.list (GET) and orders.create
+    # (POST, cost 2) sharing /v1/orders, each with a limit of one such request
+    listing = Route("orders.list", ("GET",), "/v1/orders", 1, FailureMode.OPEN)
+    served = snapshot(
+        rules(
+            policy("default", "search", limit("tenant", 6, 60, 3)),
+            policy("default", "orders.list", limit("tenant", 6, 60, 1)),
+            policy("default", "orders.create", limit("tenant", 6, 60, 2)),
+            routes={**ROUTES, "orders.list": listing},
+        )
+    )
+    service, _ = serve(Bundle(served))
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+    stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+    # When a gateway that sends :path but no :method asks four times for a
+    # search, and three times for /v1/orders
+    searches = [
+        ask(stub, descriptor(path="/v1/search?q=x"), descriptor(tenant="acme"))
+        for _ in range(4)
+    ]
+    orders = [
+        ask(stub, descriptor(path="/v1/orders"), descriptor(tenant="acme"))
+        for _ in range(3)
+    ]
+    channel.close()
+    # Then the searches were decided by search's limit: its burst of 3, then over
+    assert [r.overall_code for r in searches] == [Response.OK] * 3 + [
+        Response.OVER_LIMIT
+    ]
+    assert searches[0].statuses[1].current_limit.name == "tenant-min"
+    # and /v1/orders by neither orders route's limit: as matching no route
+    # (the all-routes policy, 1000 / s per address)
+    assert [r.overall_code for r in orders] == [Response.OK] * 3
+    assert headers(orders[0])["RateLimit-Policy"] == '"ip-s";q=1000;w=1'
+    # and the decision stream names the route of each
+    routes = wait_until(
+        lambda: _routes_in_stream(redis_client, expected=7),
+        timeout=60,
+        every=0.1,
+        why="seven decisions in the stream",
+    )
+    assert routes == {"search": 4, "": 3}
+    # and the log says once which descriptor entry is missing, for this gateway
+    wait_logged(service, "service.missing_descriptor: method: 127.0.0.1 ")
+    told = [
+        line
+        for line in service.output().splitlines()
+        if "service.missing_descriptor" in line
+    ]
+    assert len(told) == 1
+    assert "no 'method' entry" in told[0]
+    assert "orders.create POST, orders.list GET" in told[0]
+
+
+def _routes_in_stream(redis_client, *, expected: int) -> dict[str, int] | None:
+    """Decisions per route in the stream, once it holds ``expected`` of them."""
+    counts: dict[str, int] = {}
+    for _, fields in redis_client.xrange(STREAM_KEY):
+        for record in json.loads(fields[b"events"]):
+            counts[record[2]] = counts.get(record[2], 0) + record[-1]
+    return counts if sum(counts.values()) >= expected else None
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,8 @@ class Request:
     """One request to decide: the keyword arguments of ``AsyncLimiter.decide``."""
 
     route: str | None = None  #: a route slug, when the gateway names it
-    method: str | None = None  #: else the route is matched by method and path
+    #: else the route is matched by method and path; by path alone when None
+    method: str | None = None
     path: str | None = None
     tenant: str | None = None
     user: str | None = None
@@ -181,8 +182,10 @@ def from_descriptors(
     """The request an Envoy RLS call describes: the entries of all its descriptors, merged.
 
     Each entry whose key ``keys`` names fills that field; the first value of
-    a key wins. ``hits_addend`` (the request's, else the largest of the
-    descriptors' own) is the cost; 0 means unset, as in Envoy.
+    a key wins. No method entry leaves the method unset: the path alone then
+    names the route, when only one route has that path. ``hits_addend`` (the
+    request's, else the largest of the descriptors' own) is the cost; 0 means
+    unset, as in Envoy.
     """
     by_key, found = keys.by_key(), _Found()
     if len(descriptors) > MAX_DESCRIPTORS:

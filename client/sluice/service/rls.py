@@ -20,6 +20,9 @@ limiter, and answered (``docs/gateways/envoy.md``):
 
 Bad input is decided (:mod:`.request`); a message that is not a
 ``RateLimitRequest`` at all is decided as an empty one (:func:`parse_request`).
+A request with a path and no method matches the one route of that path; a
+path that several routes share (by method) matches none, and the service says
+so once per gateway (:meth:`RateLimitService.method_missing`).
 A request the service cannot decide (a bug) gets gRPC ``UNAVAILABLE``, so
 Envoy applies its ``failure_mode_deny``, as when the service is down.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 from envoy.config.core.v3 import base_pb2
@@ -37,6 +41,7 @@ from google.protobuf.message import DecodeError
 
 from sluice.decision import Decision, LimitStatus, Outcome
 from sluice.quota import ConcurrencyLimit, Dimension
+from sluice.rules import Route
 
 from .decider import Decider
 from .request import DescriptorKeys, bad_input, from_descriptors
@@ -56,12 +61,17 @@ _UNITS = (  # seconds per unit, Envoy's enum value
     (30 * 86400, _Unit.MONTH),
     (365 * 86400, _Unit.YEAR),
 )
+_MAX_TOLD = 1024  #: gateways told about a missing method; past it, no more lines
 _FIELD_OF = {
     Dimension.TENANT: "tenant",
     Dimension.USER: "user",
     Dimension.API_KEY: "api_key",
     Dimension.IP: "ip",
 }
+
+
+def _slug(route: Route) -> str:
+    return route.slug
 
 
 def closest_unit(rate: int, period: int) -> tuple[int, int]:
@@ -79,6 +89,7 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
         self._dimension_keys = {
             dim: getattr(keys, name) for dim, name in _FIELD_OF.items()
         }
+        self._told: set[tuple[str, str, tuple[str, ...]]] = set()
 
     async def ShouldRateLimit(  # the gRPC method's name
         self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
@@ -99,11 +110,58 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
                 descriptor_hits=hits,
             )
             decision = await self.decider.decide(asked)
+            if (
+                decision.route is None
+                and asked.path
+                and not (asked.method or asked.route)
+            ):
+                self.method_missing(request.domain, context, descriptors, asked.path)
             return self.response(decision, descriptors)
         except Exception:  # a bug must cost one answer, not the gateway's connection
             logger.exception("service.rls_failed")
             await context.abort(grpc.StatusCode.UNAVAILABLE, "sluice: decision failed")
             raise  # abort raises; this line is never reached
+
+    def method_missing(
+        self,
+        domain: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+        descriptors: list[list[tuple[str, str]]],
+        path: str,
+    ) -> None:
+        """Log, once per gateway, that ``path`` came without a method and several
+        routes share it, so it matched no route.
+
+        A gateway is its address, its RLS domain and the descriptor keys it
+        sends: one line per configuration, not per request.
+        """
+        # "ipv4:10.0.0.7:40112", "ipv6:%5B::1%5D:40112": the address, not the port
+        address = unquote(context.peer().rpartition(":")[0].partition(":")[2])
+        keys = tuple(sorted({key for entries in descriptors for key, _ in entries}))
+        gateway = (domain, address, keys)
+        if gateway in self._told or len(self._told) >= _MAX_TOLD:
+            return
+        routes = self.decider.limiter.engine().resolver.routes.candidates(path)
+        if len(routes) < 2:  # no route has this path: unmatched with a method too
+            return
+        self._told.add(gateway)
+        logger.warning(
+            "service.missing_descriptor: %s: %s (domain %r, descriptor keys %s) sends "
+            "no %r entry, and %d routes share the path %s (%s): decided as matching "
+            "no route. Send the request's :method under the key %r "
+            "(docs/gateways/envoy.md)",
+            self.keys.method,
+            gateway[1],
+            domain,
+            ", ".join(keys)[:200],
+            self.keys.method,
+            len(routes),
+            path,
+            ", ".join(
+                f"{r.slug} {'/'.join(r.methods)}" for r in sorted(routes, key=_slug)
+            ),
+            self.keys.method,
+        )
 
     def response(
         self, decision: Decision, descriptors: list[list[tuple[str, str]]]
