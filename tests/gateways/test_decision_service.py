@@ -7,15 +7,9 @@ documented default decision and a log line, never a broken connection.
 
 from __future__ import annotations
 
-import asyncio
-import http.client
 import json
-import random
-import re
-import time
 import urllib.error
 import urllib.request
-from collections import Counter
 
 import grpc
 import pytest
@@ -297,122 +291,6 @@ def test_rls__malformed_message__default_decision_a_log_line_and_the_connection_
     channel.close()
 
 
-def test_rls__calls_the_gateway_gave_up_on__counted_not_logged_and_the_next_answered(
-    service, redis_client, rls
-):
-    began = time.monotonic()
-    request = rls_pb2.RateLimitRequest(
-        domain="sluice", descriptors=[search(tenant="acme")]
-    )
-    # Given a service whose Redis holds every script until the test lifts the pause
-    redis_client.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
-    try:
-        # When a gateway gives up on three calls after 2 s (each reached the
-        # service long before: it waits for Redis)
-        codes = give_up(service.grpc_port, request, calls=3, timeout=2.0)
-    finally:
-        redis_client.execute_command("CLIENT", "UNPAUSE")
-    # Then they ended at their deadline, and the service counted each once
-    assert codes == [grpc.StatusCode.DEADLINE_EXCEEDED] * 3
-    wait_until(
-        lambda: healthz(service)["cancelled"] >= 3,
-        timeout=60,
-        every=0.05,
-        why="three calls counted as given up on",
-    )
-    assert healthz(service)["cancelled"] == 3
-    # When many more calls end about when their answers are sent (deadlines of
-    # 1 to 50 ms: some answers are ready just after the caller gave up)
-    raced = race(service.grpc_port, request, seconds=4.0)
-    failed = sum(n for code, n in raced.items() if code != grpc.StatusCode.OK)
-    # Then the service answers the next call as always
-    reply = ask(rls, search(tenant="globex"))
-    assert reply.overall_code == Response.OK
-    assert reply.statuses[0].limit_remaining == 2
-    # and counted no more calls than failed
-    counted = healthz(service)["cancelled"]
-    assert 3 <= counted <= 3 + failed
-    # in summary lines (one at most every 10 s), the last giving the total
-    wait_until(
-        lambda: cancelled_totals(service)[-1:] >= [counted],
-        timeout=60,
-        every=0.1,
-        why=f"a service.cancelled line counting {counted}",
-    )
-    totals = cancelled_totals(service)
-    assert totals == sorted(totals)
-    assert len(totals) <= 2 + (time.monotonic() - began) / 10
-    assert totals[-1] <= 3 + failed
-    # and logged no traceback for any of them
-    output = service.output()
-    assert "Traceback" not in output
-    assert "ExecuteBatchError" not in output
-
-
-def give_up(port: int, request, *, calls: int, timeout: float) -> list:
-    """The status codes of ``calls`` concurrent calls, each with a deadline of ``timeout`` s."""
-
-    async def run() -> list:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-            return await asyncio.gather(
-                *(
-                    _code(stub.ShouldRateLimit(request, timeout=timeout))
-                    for _ in range(calls)
-                )
-            )
-
-    return asyncio.run(run())
-
-
-def race(port: int, request, *, seconds: float, callers: int = 32) -> Counter:
-    """Status codes of calls from ``callers`` for ``seconds``, each with a deadline
-    of 1 to 50 ms: about as long as the service takes, so many end near their answer."""
-    deadlines = random.Random(23)
-
-    async def run() -> Counter:
-        codes: Counter = Counter()
-        stop = time.monotonic() + seconds
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-
-            async def caller() -> None:
-                while time.monotonic() < stop:
-                    timeout = deadlines.uniform(0.001, 0.05)
-                    codes[
-                        await _code(stub.ShouldRateLimit(request, timeout=timeout))
-                    ] += 1
-
-            await asyncio.gather(*(caller() for _ in range(callers)))
-        return codes
-
-    return asyncio.run(run())
-
-
-async def _code(call) -> grpc.StatusCode:
-    try:
-        await call
-    except grpc.aio.AioRpcError as error:
-        return error.code()
-    return grpc.StatusCode.OK
-
-
-def healthz(service) -> dict:
-    url = f"http://127.0.0.1:{service.http_port}/healthz"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
-
-
-def cancelled_totals(service) -> list[int]:
-    """The running totals of the service's ``service.cancelled`` lines, in order."""
-    return [
-        int(total)
-        for total in re.findall(
-            r"service\.cancelled: .*; (\d+) since start", service.output()
-        )
-    ]
-
-
 def decide(service, **headers):
     request = urllib.request.Request(
         f"http://127.0.0.1:{service.http_port}/v1/decide", headers=headers
@@ -478,51 +356,11 @@ def test_http__concurrency_slot__held_until_released(service):
     assert third[0] == 200
 
 
-def test_http__gateway_gave_up__counted_not_logged_slot_freed_next_answered(
-    service, redis_client
-):
-    # Given orders.create with at most 1 request in flight per tenant, and a
-    # service whose Redis holds every script until the test lifts the pause
-    asked = {"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/orders"}
-    asked["X-Tenant"] = "acme"
-    redis_client.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
-    try:
-        # When a gateway asks and gives up after 1 s, closing the connection
-        connection = http.client.HTTPConnection(
-            "127.0.0.1", service.http_port, timeout=1.0
-        )
-        connection.request("GET", "/v1/decide", headers=asked)
-        with pytest.raises(TimeoutError):
-            connection.getresponse()
-        connection.close()
-    finally:
-        redis_client.execute_command("CLIENT", "UNPAUSE")
-    # Then, its decision made once Redis answers, the service counts the call
-    # and says so in one line
-    wait_until(
-        lambda: healthz(service)["cancelled"] == 1,
-        timeout=60,
-        every=0.05,
-        why="the call counted as given up on",
-    )
-    wait_logged(service, "service.cancelled: 1 (http 1) in ")
-    # and the next order is admitted: the slot nobody could release was freed
-    status, fields, _ = decide(service, **asked)
-    assert status == 200
-    assert "sluice-release" in fields
-    # and no traceback was logged
-    assert "Traceback" not in service.output()
-
-
 def test_http__healthz__the_version_in_force(service):
     with urllib.request.urlopen(
         f"http://127.0.0.1:{service.http_port}/healthz", timeout=30
     ) as response:
-        assert json.loads(response.read()) == {
-            "status": "ok",
-            "version": 1,
-            "cancelled": 0,
-        }
+        assert json.loads(response.read()) == {"status": "ok", "version": 1}
 
 
 def test_http__version_scheduled__rehearsed_into_the_stream_and_fleet_report(

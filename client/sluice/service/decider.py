@@ -12,25 +12,14 @@ carries a release token (:func:`release_token`); the HTTP face returns it as
 ``Sluice-Release`` and frees the slots on ``POST /v1/release``. Slots that are
 never released stop counting after the limit's ``timeout``, as those of a
 crashed gateway do.
-
-A call whose caller gave up before the answer (the gateway's timeout for the
-service fired: a gRPC call cancelled or past its deadline, a forward-auth
-connection closed) is counted in :class:`Cancellations`, not logged one by one:
-the gateway answered it with its own failure behaviour, and a gateway that
-times out every call must not turn each into a log line.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
 import logging
-import math
-import time
-from collections import Counter
-from collections.abc import Callable
 
 from sluice.aio import AsyncLimiter
 from sluice.decision import Decision, Held
@@ -38,13 +27,7 @@ from sluice.headers import Response, error_response, rate_limit_headers
 
 from .request import Request
 
-__all__ = [
-    "Cancellations",
-    "Decider",
-    "answer",
-    "parse_release_token",
-    "release_token",
-]
+__all__ = ["Decider", "answer", "parse_release_token", "release_token"]
 
 logger = logging.getLogger("sluice.service")
 
@@ -87,63 +70,6 @@ def parse_release_token(token: str) -> Held | None:
     return Held(tuple(keys), member, local)
 
 
-class Cancellations:
-    """Calls whose caller was gone before the answer, by face: counted, then logged
-    in one line (``service.cancelled``) at most every ``interval`` seconds.
-
-    The first call after a quiet interval is logged at once; the ones after it
-    wait for the interval's end, so a gateway timing out a thousand calls a
-    second costs a line per ``interval``, and none is left unsaid: the last
-    ones are logged when the interval ends (or at :meth:`flush`).
-    """
-
-    def __init__(
-        self, interval: float = 10.0, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.interval = interval
-        self.total = 0  #: calls counted since the service started
-        self._clock = clock
-        self._pending: Counter[str] = Counter()  #: counted since the last line
-        self._since = 0.0  #: when the first of them was counted
-        self._logged = -math.inf  #: when the last line was
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, face: str) -> None:
-        """Count one call of ``face`` (``grpc``, ``http``) whose caller was gone."""
-        self.total += 1
-        if not self._pending:
-            self._since = self._clock()
-        self._pending[face] += 1
-        if self._timer is not None:
-            return
-        wait = max(0.0, self._logged + self.interval - self._clock())
-        try:
-            self._timer = asyncio.get_running_loop().call_later(wait, self.flush)
-        except RuntimeError:  # not on the service's loop: say it now
-            self.flush()
-
-    def flush(self) -> None:
-        """Log what was counted since the last line, if anything."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._pending:
-            return
-        now = self._clock()
-        faces = ", ".join(f"{face} {n}" for face, n in sorted(self._pending.items()))
-        logger.warning(
-            "service.cancelled: %d (%s) in %.1f s: calls whose caller gave up before "
-            "the answer (the gateway's timeout: its own failure behaviour answered "
-            "them); %d since start",
-            sum(self._pending.values()),
-            faces,
-            now - self._since,
-            self.total,
-        )
-        self._pending.clear()
-        self._logged = now
-
-
 class Decider:
     """Decides requests with the client's limiter and renders the answers.
 
@@ -161,7 +87,6 @@ class Decider:
         self.limiter = limiter
         self.github_headers = github_headers
         self.retry_jitter = retry_jitter
-        self.cancelled = Cancellations()  #: calls whose caller was gone
 
     async def decide(self, request: Request) -> Decision:
         """The limiter's decision for ``request`` (never raises for a Redis failure)."""

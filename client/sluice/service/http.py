@@ -20,8 +20,7 @@ answer                      when
                             ``POST /v1/release`` with it frees them
 ==========================  ==================================================
 
-``GET /healthz`` answers 200, the snapshot version in force and how many
-calls their caller gave up on (:class:`~.decider.Cancellations`). Any other
+``GET /healthz`` answers 200 and the snapshot version in force. Any other
 path is a 404; a request that cannot be read is decided with what can be.
 """
 
@@ -29,7 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from sluice.identity import TrustedProxies
@@ -74,15 +73,12 @@ class DecisionApp:
         path = scope.get("path", "")
         try:
             if path == DECIDE_PATH:
-                return await self.decide(scope, receive, send)
+                return await self.decide(scope, send)
             if path == RELEASE_PATH and scope.get("method") == "POST":
                 return await self.release(scope, send)
             if path == "/healthz":
                 version = self.decider.limiter.source.current().version
-                cancelled = self.decider.cancelled.total
-                body = json.dumps(
-                    {"status": "ok", "version": version, "cancelled": cancelled}
-                ).encode()
+                body = json.dumps({"status": "ok", "version": version}).encode()
                 return await _send(
                     send, 200, [("Content-Type", "application/json")], body
                 )
@@ -91,14 +87,8 @@ class DecisionApp:
             return await _send(send, 500, [], b"")
         return await _send(send, 404, [], b"")
 
-    async def decide(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Decide the request the headers describe, and answer for the gateway.
-
-        A gateway that closed the connection before the decision (its timeout
-        for the service fired) gets no answer: the call is counted instead
-        (:class:`~.decider.Cancellations`), and the slots it would have held
-        are freed at once.
-        """
+    async def decide(self, scope: Scope, send: Send) -> None:
+        """Decide the request the headers describe, and answer for the gateway."""
         headers = headers_of(scope.get("headers") or ())
         peer = scope.get("client")
         asked = from_headers(
@@ -108,14 +98,6 @@ class DecisionApp:
             trusted=self.trusted,
         )
         decision = await self.decider.decide(asked)
-        # A request without a body has its one http.request message waiting, or
-        # the server says http.disconnect at once: no wait either way. One with
-        # a body is answered without asking (its body might never come).
-        if not _has_body(headers) and (await receive())["type"] == "http.disconnect":
-            self.decider.cancelled.add("http")
-            if decision.held is not None:  # no gateway holds its release token
-                await self.decider.limiter.release_held(decision.held)
-            return
         response = self.decider.answer(decision)
         status, extra = response.status, list(response.headers)
         if decision.held is not None:
@@ -134,10 +116,6 @@ class DecisionApp:
         headers = headers_of(scope.get("headers") or ())
         freed = await self.decider.release(headers.get(RELEASE.lower(), ""))
         await _send(send, 204 if freed else 400, [], b"")
-
-
-def _has_body(headers: Mapping[str, str]) -> bool:
-    return "transfer-encoding" in headers or headers.get("content-length", "0") != "0"
 
 
 def _substitute(value: str | None) -> int | None:

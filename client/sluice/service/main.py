@@ -183,7 +183,6 @@ async def serve(service: Service, args: argparse.Namespace) -> None:
     finally:
         if grpc_server is not None:
             await grpc_server.stop(grace=1.0)
-        service.decider.cancelled.flush()
         await service.limiter.aclose()
 
 

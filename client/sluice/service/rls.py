@@ -24,14 +24,11 @@ A request with a path and no method matches the one route of that path; a
 path that several routes share (by method) matches none, and the service says
 so once per gateway (:meth:`RateLimitService.method_missing`).
 A request the service cannot decide (a bug) gets gRPC ``UNAVAILABLE``, so
-Envoy applies its ``failure_mode_deny``, as when the service is down. A call
-the caller gave up on (Envoy's ``timeout`` fired) is not answered and not
-logged; it is counted (:class:`~.decider.Cancellations`).
+Envoy applies its ``failure_mode_deny``, as when the service is down.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 from urllib.parse import unquote
@@ -46,13 +43,12 @@ from sluice.decision import Decision, LimitStatus, Outcome
 from sluice.quota import ConcurrencyLimit, Dimension
 from sluice.rules import Route
 
-from .decider import Cancellations, Decider
+from .decider import Decider
 from .request import DescriptorKeys, bad_input, from_descriptors
 
 __all__ = ["RateLimitService", "add_to_server", "closest_unit", "parse_request"]
 
 logger = logging.getLogger("sluice.service")
-_GRPC_LOG = logging.getLogger("grpc._cython.cygrpc")  #: where grpc.aio's server logs
 
 _Response = rls_pb2.RateLimitResponse
 _Unit = _Response.RateLimit
@@ -114,8 +110,6 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
                 descriptor_hits=hits,
             )
             decision = await self.decider.decide(asked)
-            if context.time_remaining() == 0:  # past the deadline: nobody to answer
-                raise asyncio.CancelledError
             if (
                 decision.route is None
                 and asked.path
@@ -123,9 +117,6 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
             ):
                 self.method_missing(request.domain, context, descriptors, asked.path)
             return self.response(decision, descriptors)
-        except asyncio.CancelledError:  # the caller gave up: counted, not logged
-            self.decider.cancelled.add("grpc")
-            raise
         except Exception:  # a bug must cost one answer, not the gateway's connection
             logger.exception("service.rls_failed")
             await context.abort(grpc.StatusCode.UNAVAILABLE, "sluice: decision failed")
@@ -243,36 +234,8 @@ def parse_request(raw: bytes) -> Any:
         return rls_pb2.RateLimitRequest()
 
 
-class _AnswerTooLate(logging.Filter):
-    """Counts, instead of logging, grpc's traceback for an answer sent to a call
-    that had already ended.
-
-    The caller can give up between the decision and the send, after the
-    handler has returned: grpc then fails the send and logs the error itself
-    (``ExecuteBatchError raised in core by servicer method``, with a traceback),
-    out of the handler's reach. That record is this filter's to drop.
-    """
-
-    def __init__(self, cancelled: Cancellations) -> None:
-        super().__init__()
-        self.cancelled = cancelled
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        # by name: the class lives in grpc's private Cython module
-        if type(error).__name__ == "ExecuteBatchError":
-            self.cancelled.add("grpc")
-            return False
-        return True
-
-
 def add_to_server(server: grpc.aio.Server, service: RateLimitService) -> None:
-    """Register ``service`` on a ``grpc.aio`` server (requests read by :func:`parse_request`).
-
-    Also counts, in the service's :class:`~.decider.Cancellations`, the answers
-    grpc could not send because the caller had gone (see :class:`_AnswerTooLate`).
-    """
-    _GRPC_LOG.addFilter(_AnswerTooLate(service.decider.cancelled))
+    """Register ``service`` on a ``grpc.aio`` server (requests read by :func:`parse_request`)."""
     handler = grpc.unary_unary_rpc_method_handler(
         service.ShouldRateLimit,
         request_deserializer=parse_request,
