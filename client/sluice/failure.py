@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
+from typing import Self
 
 from .backlog import Charges
 from .concurrency import LocalSlots, slot_statuses
@@ -113,9 +114,10 @@ class CircuitBreaker:
         once open for ``patience``)."""
         return self._wait
 
-    def like(self, node: str) -> CircuitBreaker:
-        """A new, closed breaker with these settings, for Redis Cluster node ``node``."""
-        return CircuitBreaker(
+    def like(self, node: str) -> Self:
+        """A new, closed breaker of this class with these settings, for Redis
+        Cluster node ``node``."""
+        return type(self)(
             failure_rate=self.failure_rate,
             min_calls=self.min_calls,
             window=self.window,

@@ -182,17 +182,6 @@ class WatchedBreaker(CircuitBreaker):
         self.refusals = 0
         self.longest_wait = self.cooldown  #: the longest wait it allowed itself
 
-    def like(self, node: str) -> WatchedBreaker:
-        return WatchedBreaker(
-            failure_rate=self.failure_rate,
-            min_calls=self.min_calls,
-            window=self.window,
-            cooldown=self.cooldown,
-            max_cooldown=self.max_cooldown,
-            patience=self.patience,
-            node=node,
-        )
-
     def allow(self) -> bool:
         if self.state is BreakerState.CLOSED:
             return super().allow()
