@@ -38,6 +38,7 @@ from sluice import AsyncLimiter, Bundle
 from sluice.bucket import connect_async
 from tests.client.protocol_server import ProtocolServer
 from tests.gateways import servers
+from tests.gateways.load import HttpConnection
 from tests.servers import RedisServer, free_port
 
 TENANTS = 1000
@@ -67,37 +68,6 @@ async def closed_loop(
     began = time.perf_counter()
     await asyncio.gather(*(caller() for _ in range(callers)))
     return done / (time.perf_counter() - began)
-
-
-class HttpConnection:
-    """One keep-alive HTTP/1.1 connection sending a fixed GET (a bench's load generator)."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def get(self, path: str, headers: dict[str, str]) -> int:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(
-                "127.0.0.1", self.port
-            )
-        lines = [f"GET {path} HTTP/1.1", "Host: bench"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
-        status_line = await self.reader.readline()
-        length = 0
-        while (line := await self.reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        if length:
-            await self.reader.readexactly(length)
-        return int(status_line.split()[1])
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 async def http_rate(

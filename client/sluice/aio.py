@@ -78,14 +78,28 @@ class AsyncLimiter(LimiterCore):
         api_key: str | None = None,
         ip: str | None = None,
         cost: int | None = None,
+        deadline: float | None = None,
     ) -> Decision:
-        """Decide one request; see :meth:`.limiter.Limiter.decide`."""
+        """Decide one request; see :meth:`.limiter.Limiter.decide`.
+
+        ``deadline`` (the event loop's clock, ``loop.time()``): when to have an
+        answer at the latest. A call to Redis still unanswered then is given
+        up, and the route's failure mode decides, as when Redis fails (see
+        :meth:`out_of_time`); a request already past it never reaches Redis.
+        """
         engine, prepared = self.prepare(
             route, method, path, tenant, user, api_key, ip, cost
         )
-        return self.record(tenant, await self._decide(engine, prepared))
+        return self.record(
+            tenant, await self.decide_prepared(engine, prepared, deadline)
+        )
 
-    async def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
+    async def decide_prepared(
+        self, engine: Engine, prepared: Prepared, deadline: float | None = None
+    ) -> Decision:
+        """:meth:`decide` for a request :meth:`prepare` made, not recorded in the
+        decision events (for a caller that records it itself, see
+        :class:`~.service.Decider`)."""
         if self.rejections.entries:
             cached = self.cached_rejection(engine, prepared)
             if cached is not None:
@@ -93,34 +107,71 @@ class AsyncLimiter(LimiterCore):
         breaker = self.breaker_for(prepared)
         if not breaker.allow():
             return self.fail(engine, prepared, "circuit open", breaker)
+        if deadline is not None and deadline <= asyncio.get_running_loop().time():
+            return self.out_of_time(engine, prepared, breaker, sent=False)
         if prepared.plan.hot:
-            return await self._decide_hot(engine, prepared, breaker)
+            return await self._decide_hot(engine, prepared, breaker, deadline)
         rehearsal = prepared.rehearsal
         try:
-            if rehearsal is None:
-                reply = await self.bucket(prepared.keys, prepared.plan.args)
-            else:  # the same call: one round trip, one slot
-                reply = await self.bucket(
-                    prepared.keys + rehearsal.keys, rehearsal.plan.args
-                )
+            async with asyncio.timeout_at(deadline):
+                if rehearsal is None:
+                    reply = await self.bucket(prepared.keys, prepared.plan.args)
+                else:  # the same call: one round trip, one slot
+                    reply = await self.bucket(
+                        prepared.keys + rehearsal.keys, rehearsal.plan.args
+                    )
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
+        except TimeoutError:
+            return self.out_of_time(engine, prepared, breaker)
         self.store_answered(breaker)
         return self.answered(engine, prepared, reply)
 
     async def _decide_hot(
-        self, engine: Engine, prepared: Prepared, breaker: CircuitBreaker
+        self,
+        engine: Engine,
+        prepared: Prepared,
+        breaker: CircuitBreaker,
+        deadline: float | None,
     ) -> Decision:
         call = self.hot_begin(engine, prepared)
         if not isinstance(call, HotCall):
             return call
         try:
-            reply = await self.hot(call.keys, call.args)
+            async with asyncio.timeout_at(deadline):
+                reply = await self.hot(call.keys, call.args)
         except STORE_ERRORS as exc:
             return self.hot_failed(engine, prepared, call, exc, breaker)
+        except TimeoutError:
+            self.hot_abandoned(prepared, call)
+            return self.out_of_time(engine, prepared, breaker)
+        except asyncio.CancelledError:  # the caller went away: nothing may leak
+            self.hot_abandoned(prepared, call)
+            raise
         self.store_answered(breaker)
         self.observe(reply[-1])
         return self.hot_finish(engine, prepared, call, reply)
+
+    def out_of_time(
+        self,
+        engine: Engine,
+        prepared: Prepared,
+        breaker: CircuitBreaker,
+        *,
+        sent: bool = True,
+    ) -> Decision:
+        """The decision of a request whose deadline came before Redis's answer:
+        the route's failure mode, like a Redis failure's, and in the decision
+        events like any other.
+
+        Not a failure of Redis for the breaker: a late answer may be the
+        process's own backlog (more requests than it decides in time), which
+        the failure modes shed cheaply. A call already sent may still run on
+        Redis; ``open`` then owes Redis what it admits as well, so the
+        request may be counted twice there (the safe side), never zero times.
+        """
+        why = "deadline passed in Redis" if sent else "shed: deadline passed"
+        return self.fail(engine, prepared, why, breaker)
 
     async def release(self, decision: Decision) -> None:
         """Give back the slots ``decision`` holds; see :meth:`.limiter.Limiter.release`."""

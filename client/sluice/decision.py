@@ -33,6 +33,9 @@ class Outcome(StrEnum):
     )
     FAIL_CLOSED = "fail_closed"  #: the store failed and the route fails closed: 503
     LOCAL = "local"  #: the store failed and an in-process bucket decided
+    #: the gateway stopped waiting for the decision service (its timer fired, or
+    #: the answer came too late): the gateway's own failure behaviour decided
+    GATEWAY_TIMEOUT = "gateway_timeout"
 
 
 class LimitStatus(NamedTuple):

@@ -48,7 +48,13 @@ from .decision import Decision, Held, Outcome
 from .engine import Engine, PolicyPlan, Prepared
 from .rules import FailureMode
 
-__all__ = ["BreakerState", "CircuitBreaker", "LocalBuckets", "failover"]
+__all__ = [
+    "BreakerState",
+    "CircuitBreaker",
+    "LocalBuckets",
+    "decided_by_gateway",
+    "failover",
+]
 
 _SLICES = 10  #: the breaker's window is counted in this many slices
 
@@ -372,5 +378,29 @@ def _unchecked(
         degraded=True,
         fail_open=allowed,
         error=error,
+        at=at,
+    )
+
+
+def decided_by_gateway(engine: Engine, prepared: Prepared, *, at: float) -> Decision:
+    """A request the gateway stopped waiting for: its own failure behaviour
+    answered it (Envoy's ``failure_mode_deny``, a forward-auth timeout), not
+    Sluice. Never rendered; recorded so the decision events count it."""
+    return Decision(
+        allowed=False,
+        status=0,
+        outcome=Outcome.GATEWAY_TIMEOUT,
+        deciding=None,
+        limit=0,
+        remaining=0,
+        reset=0.0,
+        retry_after=None,
+        policy=prepared.plan.policy,
+        snapshot_version=engine.version,
+        route=prepared.route,
+        statuses=(),
+        degraded=True,
+        fail_open=False,
+        error="the gateway stopped waiting",
         at=at,
     )

@@ -228,10 +228,15 @@ class LimiterCore:
         exc: Exception,
         breaker: CircuitBreaker,
     ) -> Decision:
-        hot_abort(prepared, call, self.leases)
-        if prepared.slots:  # sent, so it may have run: release its slots later
-            self.orphaned(prepared.slots, call.request_id)
+        self.hot_abandoned(prepared, call)  # sent, so it may have run
         return self.store_failed(engine, prepared, exc, breaker)
+
+    def hot_abandoned(self, prepared: Prepared, call: HotCall) -> None:
+        """Undo what :meth:`hot_begin` began for a call given up on before its reply
+        (it may still run: slots it took are released in the background)."""
+        hot_abort(prepared, call, self.leases)
+        if prepared.slots:
+            self.orphaned(prepared.slots, call.request_id)
 
     def orphaned(self, keys: tuple[str, ...], member: str) -> None:
         """Release ``member`` from ``keys`` in the background (:mod:`.backlog`)."""

@@ -13,7 +13,8 @@ What it costs: a call that arrives while its lane is busy waits for that round
 trip to end before its own starts, so at most one round trip more. Failure stays
 per call: a timeout or a broken connection fails the calls of that batch that
 had no reply yet (each decision then takes its route's failure mode, as with
-any Redis error) and the connection is dropped, never reused; NOSCRIPT loads the
+any Redis error) and the connection is dropped, never reused; a call whose caller
+gave up while it was queued (its deadline passed) is not sent; NOSCRIPT loads the
 script and sends the calls that met it again, once; on a Redis Cluster calls go
 to the lane of the master that holds their hash slot, and a call redirected by
 MOVED or ASK (a slot that moved) is sent again through redis-py, which follows
@@ -96,8 +97,11 @@ class _Lane:
         """
         try:
             while self.queue:
-                batch = self.queue[: self.max_batch]
+                # a call its caller gave up on while queued (a deadline) is never sent
+                batch = [c for c in self.queue[: self.max_batch] if not c.future.done()]
                 del self.queue[: self.max_batch]
+                if not batch:
+                    continue
                 try:
                     await self._send(batch, pipeline)
                 except BaseException as exc:

@@ -59,6 +59,7 @@ class TrafficDashboardAdmin(ReadOnlyAdmin):
             "hardest_hit": dashboards.scheduled_hardest_hit(),
             "fail_open_hour": dashboards.fail_open_share(since=hour),
             "fail_open_day": dashboards.fail_open_share(since=day),
+            "gateway_timeout_hour": dashboards.gateway_timeout_share(since=hour),
             "events_lost": dashboards.events_lost(),
         }
         return TemplateResponse(request, "admin/limits/dashboards/index.html", context)

@@ -28,6 +28,7 @@ __all__ = [
     "TenantRow",
     "events_lost",
     "fail_open_share",
+    "gateway_timeout_share",
     "limited_series",
     "minute_floor",
     "most_limited_tenants",
@@ -147,8 +148,18 @@ def most_limited_tenants(*, since: datetime, top: int = 10) -> list[TenantRow]:
 
 def fail_open_share(*, since: datetime) -> Share:
     """Decisions admitted unchecked because Redis failed, against all decisions."""
+    return _share(Outcome.FAIL_OPEN, since)
+
+
+def gateway_timeout_share(*, since: datetime) -> Share:
+    """Requests a gateway stopped waiting for (its own failure behaviour answered
+    them, not Sluice), against all decisions."""
+    return _share(Outcome.GATEWAY_TIMEOUT, since)
+
+
+def _share(outcome: str, since: datetime) -> Share:
     totals = DecisionMinute.objects.filter(minute__gte=minute_floor(since)).aggregate(
-        part=Sum("count", filter=Q(outcome=Outcome.FAIL_OPEN), default=0),
+        part=Sum("count", filter=Q(outcome=outcome), default=0),
         total=Sum("count", default=0),
     )
     return Share(totals["part"], totals["total"])

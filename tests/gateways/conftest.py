@@ -87,15 +87,27 @@ def backend() -> Iterator[Backend]:
     server.stop()
 
 
-def start_gateway(name: str, workdir: Path, *, backend: int, service) -> tuple:
+def start_gateway(
+    name: str, workdir: Path, *, backend: int, service, generous: bool = True
+) -> tuple:
     port = free_port()
     if name == "envoy":
         process = servers.envoy(
-            workdir, port=port, backend=backend, grpc=service.grpc_port
+            workdir,
+            port=port,
+            backend=backend,
+            grpc=service.grpc_port,
+            generous=generous,
         )
     else:
         start = getattr(servers, name)
-        process = start(workdir, port=port, backend=backend, http=service.http_port)
+        process = start(
+            workdir,
+            port=port,
+            backend=backend,
+            http=service.http_port,
+            generous=generous,
+        )
     process.start()
     if name == "traefik":  # it listens before its file provider has loaded the routes
         wait_until(
@@ -109,14 +121,19 @@ def start_gateway(name: str, workdir: Path, *, backend: int, service) -> tuple:
 
 @pytest.fixture
 def stack_of(redis_server, redis_client, backend, tmp_path):
-    """``stack_of(name, rules)``: a running stack; everything stops after the test."""
+    """``stack_of(name, rules)``: a running stack; everything stops after the test.
+
+    ``documented=True``: the service and the gateway at the settings the docs
+    give (timeouts, workers), not the tests' generous ones.
+    """
     started: list = []
 
-    def make(name: str, served: Snapshot = RULES) -> Stack:
+    def make(name: str, served: Snapshot = RULES, *, documented: bool = False) -> Stack:
         rules_server = ProtocolServer().start()
         started.append(rules_server)
         rules_server.serve(Bundle(served))
-        service = servers.DecisionService(
+        settings = servers.DecisionService.documented if documented else None
+        service = (settings or servers.DecisionService)(
             rules_server.url.removesuffix("/api/v1/snapshot"),
             rules_server.token,
             redis_server.url,
@@ -126,7 +143,11 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
         service.wait_version(served.version)
         started.append(service)
         port, gateway = start_gateway(
-            name, tmp_path, backend=backend.port, service=service
+            name,
+            tmp_path,
+            backend=backend.port,
+            service=service,
+            generous=not documented,
         )
         started.append(gateway)
         return Stack(name, port, gateway, service, rules_server, backend)

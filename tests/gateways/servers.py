@@ -85,19 +85,22 @@ GENEROUS = {
 }
 
 
-def render(source: Path, dest: Path, ports: dict[str, int]) -> Path:
+def render(
+    source: Path, dest: Path, ports: dict[str, int], *, generous: bool = True
+) -> Path:
     """Copy ``source`` to ``dest`` with each documented port of ``ports`` replaced,
-    and the decision service given generous timeouts (:data:`GENEROUS`)."""
+    and (``generous``) the decision service given generous timeouts (:data:`GENEROUS`)."""
     text = source.read_text()
     for role, port in ports.items():
         text = re.sub(rf"\b{DOCUMENTED[role]}\b", str(port), text)
-    for documented, generous, times in GENEROUS.get(source.name, ()):
+    for documented, relaxed, times in GENEROUS.get(source.name, ()):
         if text.count(documented) != times:
             raise RuntimeError(
                 f"{source} no longer says {documented!r} {times} time(s): "
                 "update GENEROUS in tests/gateways/servers.py"
             )
-        text = text.replace(documented, generous)
+        if generous:
+            text = text.replace(documented, relaxed)
     dest.write_text(text)
     return dest
 
@@ -190,10 +193,20 @@ class DecisionService:
     http_port: int = field(default_factory=free_port)
     poll_interval: float = 0.2
     #: generous: counts must not depend on a busy machine (and under the gateways'
-    #: DECIDE_TIMEOUT, as docs/gateways/README.md says)
-    redis_timeout: float = 5.0
+    #: DECIDE_TIMEOUT, as docs/gateways/README.md says); None: the service's default
+    redis_timeout: float | None = 5.0
+    #: seconds a forward-auth decision may take; None: the service's default
+    budget: float | None = DECIDE_TIMEOUT / 2
+    #: worker processes; None: the service's default (one per core). One by
+    #: default here: a test that counts a bounded fail-open counts one process's
+    workers: int | None = 1
     extra: tuple[str, ...] = ()
     process: Process | None = None
+
+    @classmethod
+    def documented(cls, *args, **kwargs) -> DecisionService:
+        """The service at its documented defaults (Redis timeout, budget, workers)."""
+        return cls(*args, redis_timeout=None, budget=None, workers=None, **kwargs)
 
     def command(self) -> list[str]:
         return [
@@ -210,8 +223,9 @@ class DecisionService:
             str(self.poll_interval),
             "--redis",
             self.redis_url,
-            "--redis-timeout",
-            str(self.redis_timeout),
+            *_option("--redis-timeout", self.redis_timeout),
+            *_option("--budget", self.budget),
+            *_option("--workers", self.workers),
             "--grpc",
             f"127.0.0.1:{self.grpc_port}",
             "--http",
@@ -259,44 +273,73 @@ class DecisionService:
         return self.process.output() if self.process else ""
 
 
-def envoy(workdir: Path, *, port: int, backend: int, grpc: int) -> Process:
+def _option(name: str, value: object) -> tuple[str, ...]:
+    return () if value is None else (name, str(value))
+
+
+def envoy(
+    workdir: Path,
+    *,
+    port: int,
+    backend: int,
+    grpc: int,
+    generous: bool = True,
+    admin: int | None = None,
+    concurrency: int = 1,
+) -> Process:
+    """Envoy on ``port`` (its admin on ``admin``), ``concurrency`` worker threads."""
     config = render(
         DOCS / "envoy.yaml",
         workdir / f"envoy-{port}.yaml",
-        {"envoy": port, "backend": backend, "grpc": grpc, "envoy_admin": free_port()},
+        {
+            "envoy": port,
+            "backend": backend,
+            "grpc": grpc,
+            "envoy_admin": admin or free_port(),
+        },
+        generous=generous,
     )
     command = [binary("envoy"), "-c", str(config), "--log-level", "warning"]
-    command += ["--disable-hot-restart", "--concurrency", "1"]
+    command += ["--disable-hot-restart", "--concurrency", str(concurrency)]
     return Process(command, port)
 
 
-def nginx(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+def nginx(
+    workdir: Path, *, port: int, backend: int, http: int, generous: bool = True
+) -> Process:
     prefix = workdir / f"nginx-{port}"
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     config = render(
         DOCS / "nginx.conf",
         prefix / "nginx.conf",
         {"nginx": port, "backend": backend, "http": http},
+        generous=generous,
     )
     command = [binary("nginx"), "-p", str(prefix), "-e", "stderr", "-c", str(config)]
     return Process(command, port)
 
 
-def haproxy(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+def haproxy(
+    workdir: Path, *, port: int, backend: int, http: int, generous: bool = True
+) -> Process:
     config = render(
         DOCS / "haproxy.cfg",
         workdir / f"haproxy-{port}.cfg",
         {"haproxy": port, "backend": backend, "http": http},
+        generous=generous,
     )
     # lua-load names sluice.lua relative to the working directory: run from docs/gateways.
     return Process([binary("haproxy"), "-db", "-f", str(config)], port, cwd=DOCS)
 
 
-def traefik(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+def traefik(
+    workdir: Path, *, port: int, backend: int, http: int, generous: bool = True
+) -> Process:
     config = render(
         DOCS / "traefik.yaml",
         workdir / f"traefik-{port}.yaml",
         {"backend": backend, "http": http},
+        generous=generous,
     )
     command = [
         binary("traefik"),

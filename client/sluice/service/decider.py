@@ -12,17 +12,30 @@ carries a release token (:func:`release_token`); the HTTP face returns it as
 ``Sluice-Release`` and frees the slots on ``POST /v1/release``. Slots that are
 never released stop counting after the limit's ``timeout``, as those of a
 crashed gateway do.
+
+Deadlines: every call is decided in time for the gateway to get the answer.
+A face gives :meth:`Decider.decide` a deadline (gRPC: half the time the
+caller's ``grpc-timeout`` leaves, the other half is for the way back; HTTP: the
+service's ``--budget``); a Redis call unanswered by then is given up and the
+route's failure mode decides, and a call that arrives past it (a backlog: more
+calls than the process decides in time) is shed the same way without asking
+Redis. A call the gateway stopped waiting for anyway (cancelled, or answered
+past its deadline) is recorded as :attr:`~sluice.decision.Outcome.GATEWAY_TIMEOUT`
+instead of its decision: the gateway's own failure behaviour decided it, and
+the dashboards count it; it is never logged one by one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import logging
 
 from sluice.aio import AsyncLimiter
-from sluice.decision import Decision, Held
+from sluice.decision import Decision, Held, Outcome
+from sluice.failure import decided_by_gateway
 from sluice.headers import Response, error_response, rate_limit_headers
 
 from .request import Request
@@ -87,19 +100,52 @@ class Decider:
         self.limiter = limiter
         self.github_headers = github_headers
         self.retry_jitter = retry_jitter
+        self.gave_up = 0  #: calls the gateway stopped waiting for, since the start
+        self.in_flight = 0  #: calls being decided now
 
-    async def decide(self, request: Request) -> Decision:
-        """The limiter's decision for ``request`` (never raises for a Redis failure)."""
-        return await self.limiter.decide(
-            route=request.route,
-            method=request.method,
-            path=request.path,
-            tenant=request.tenant,
-            user=request.user,
-            api_key=request.api_key,
-            ip=request.ip,
-            cost=request.cost,
+    async def decide(
+        self, request: Request, *, deadline: float | None = None
+    ) -> Decision:
+        """The limiter's decision for ``request`` by ``deadline`` (``loop.time()``),
+        not recorded yet: the face records it with :meth:`answered` once the
+        gateway can still get it, or :meth:`stopped_waiting`.
+
+        Never raises for a Redis failure. Cancelled (the gateway went away),
+        it records the call as the gateway's and lets the cancellation through.
+        """
+        limiter = self.limiter
+        engine, prepared = limiter.prepare(
+            request.route,
+            request.method,
+            request.path,
+            request.tenant,
+            request.user,
+            request.api_key,
+            request.ip,
+            request.cost,
         )
+        self.in_flight += 1
+        try:
+            return await limiter.decide_prepared(engine, prepared, deadline)
+        except asyncio.CancelledError:
+            at = limiter.store_time()
+            self.stopped_waiting(request, decided_by_gateway(engine, prepared, at=at))
+            raise
+        finally:
+            self.in_flight -= 1
+
+    def answered(self, request: Request, decision: Decision) -> None:
+        """Record ``decision``: the gateway gets it."""
+        self.limiter.record(request.tenant, decision)
+
+    def stopped_waiting(self, request: Request, decision: Decision) -> None:
+        """Record that the gateway stopped waiting for ``decision`` (its own failure
+        behaviour answered the request), and count it."""
+        self.gave_up += 1
+        gateway = decision._replace(
+            outcome=Outcome.GATEWAY_TIMEOUT, error="the gateway stopped waiting"
+        )
+        self.limiter.record(request.tenant, gateway)
 
     def answer(self, decision: Decision) -> Response:
         """See :func:`answer`, with this service's header options."""

@@ -20,15 +20,26 @@ answer                      when
                             ``POST /v1/release`` with it frees them
 ==========================  ==================================================
 
-``GET /healthz`` answers 200 and the snapshot version in force. Any other
+A decision takes at most the service's budget (``--budget``, :data:`BUDGET`):
+past it, the route's failure mode answers (:mod:`.decider`), so a gateway whose
+timeout for the service is longer always gets Sluice's answer. A gateway that
+closed the connection before the answer (its own timeout fired) gets none: the
+call is recorded as ``gateway_timeout``, and the slots its decision would have
+held are freed at once.
+
+``GET /healthz`` answers 200, the snapshot version in force, the worker's
+process id, the calls it is deciding and how many calls their gateway stopped
+waiting for. Any other
 path is a 404; a request that cannot be read is decided with what can be.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from sluice.identity import TrustedProxies
@@ -36,7 +47,7 @@ from sluice.identity import TrustedProxies
 from .decider import Decider, release_token
 from .request import HeaderNames, bad_input, from_headers, headers_of
 
-__all__ = ["DECIDE_PATH", "RELEASE_PATH", "DecisionApp"]
+__all__ = ["BUDGET", "DECIDE_PATH", "RELEASE_PATH", "DecisionApp"]
 
 logger = logging.getLogger("sluice.service")
 
@@ -44,6 +55,9 @@ DECIDE_PATH = "/v1/decide"
 RELEASE_PATH = "/v1/release"
 REJECT_STATUS = "sluice-reject-status"
 RELEASE = "Sluice-Release"
+#: Seconds a forward-auth decision may take by default: under the documented
+#: timeouts of the gateways for the service (HAProxy 250 ms, nginx 1 s).
+BUDGET = 0.1
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -60,10 +74,12 @@ class DecisionApp:
         *,
         names: HeaderNames | None = None,
         trusted_proxies: Iterable[str] = (),
+        budget: float = BUDGET,
     ) -> None:
         self.decider = decider
         self.names = names or HeaderNames()
         self.trusted = TrustedProxies(trusted_proxies)
+        self.budget = budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -73,12 +89,18 @@ class DecisionApp:
         path = scope.get("path", "")
         try:
             if path == DECIDE_PATH:
-                return await self.decide(scope, send)
+                return await self.decide(scope, receive, send)
             if path == RELEASE_PATH and scope.get("method") == "POST":
                 return await self.release(scope, send)
             if path == "/healthz":
-                version = self.decider.limiter.source.current().version
-                body = json.dumps({"status": "ok", "version": version}).encode()
+                health = {
+                    "status": "ok",
+                    "version": self.decider.limiter.source.current().version,
+                    "worker": os.getpid(),
+                    "in_flight": self.decider.in_flight,
+                    "gateway_timeouts": self.decider.gave_up,
+                }
+                body = json.dumps(health).encode()
                 return await _send(
                     send, 200, [("Content-Type", "application/json")], body
                 )
@@ -87,8 +109,10 @@ class DecisionApp:
             return await _send(send, 500, [], b"")
         return await _send(send, 404, [], b"")
 
-    async def decide(self, scope: Scope, send: Send) -> None:
-        """Decide the request the headers describe, and answer for the gateway."""
+    async def decide(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Decide the request the headers describe within the budget, and answer
+        the gateway, unless it has gone."""
+        deadline = asyncio.get_running_loop().time() + self.budget
         headers = headers_of(scope.get("headers") or ())
         peer = scope.get("client")
         asked = from_headers(
@@ -97,7 +121,16 @@ class DecisionApp:
             names=self.names,
             trusted=self.trusted,
         )
-        decision = await self.decider.decide(asked)
+        decision = await self.decider.decide(asked, deadline=deadline)
+        # A request without a body has its one http.request message waiting, or
+        # the server says http.disconnect at once: no wait either way. One with
+        # a body is answered without asking (its body might never come).
+        if not _has_body(headers) and (await receive())["type"] == "http.disconnect":
+            self.decider.stopped_waiting(asked, decision)
+            if decision.held is not None:  # no gateway holds its release token
+                await self.decider.limiter.release_held(decision.held)
+            return
+        self.decider.answered(asked, decision)
         response = self.decider.answer(decision)
         status, extra = response.status, list(response.headers)
         if decision.held is not None:
@@ -116,6 +149,10 @@ class DecisionApp:
         headers = headers_of(scope.get("headers") or ())
         freed = await self.decider.release(headers.get(RELEASE.lower(), ""))
         await _send(send, 204 if freed else 400, [], b"")
+
+
+def _has_body(headers: Mapping[str, str]) -> bool:
+    return "transfer-encoding" in headers or headers.get("content-length", "0") != "0"
 
 
 def _substitute(value: str | None) -> int | None:

@@ -10,18 +10,23 @@ It polls the control plane exactly as an embedded client does
 disk, the fleet report under ``--gateway-id``), decides with
 :class:`~sluice.aio.AsyncLimiter`, writes decision events to the control
 plane's stream, and serves Envoy's RLS over gRPC (``--grpc``) and forward-auth
-over HTTP (``--http``, uvicorn) on one asyncio loop. ``docs/gateways/``
-has the options, the mappings and each gateway's configuration.
+over HTTP (``--http``, uvicorn) on one asyncio loop (uvloop's, when installed)
+per worker: ``--workers`` processes, one per core by default, share the ports
+(:mod:`.workers`). ``docs/gateways/`` has the options, the mappings and each
+gateway's configuration.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
+import os
 import signal
 import socket
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,8 +39,9 @@ from sluice.pipelining import DEFAULT_MAX_BATCH
 from sluice.source import SnapshotSource
 
 from .decider import Decider
-from .http import DecisionApp
+from .http import BUDGET, DecisionApp
 from .request import DescriptorKeys, HeaderNames, parse_mapping
+from .workers import check_free, listening_socket, supervise
 
 if TYPE_CHECKING:
     import grpc
@@ -45,6 +51,8 @@ __all__ = ["Service", "build", "main", "parse_args"]
 logger = logging.getLogger("sluice.service")
 
 _LIST_HEADERS = ("method", "path")
+#: Seconds per Redis call by default (docs/gateways/README.md says why).
+REDIS_TIMEOUT = 0.025
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -66,7 +74,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="--redis names cluster nodes (seeds, comma-separated)",
     )
-    add("--redis-timeout", type=float, default=0.005, help="seconds per Redis call")
+    add(
+        "--redis-timeout",
+        type=float,
+        default=REDIS_TIMEOUT,
+        help="seconds per Redis call",
+    )
+    add(
+        "--budget",
+        type=float,
+        default=BUDGET,
+        help="seconds a forward-auth decision may take (gRPC: half the call's deadline)",
+    )
+    add(
+        "--workers",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="processes sharing the ports (default: one per core)",
+    )
     add("--events-redis", help="Redis of the decision stream (default --redis)")
     add("--no-events", action="store_true", help="write no decision events")
     add("--grpc", default="127.0.0.1:8081", help="RLS address, or 'off'")
@@ -146,7 +171,10 @@ def build(args: argparse.Namespace) -> Service:
         limiter, github_headers=args.github_headers, retry_jitter=args.retry_jitter
     )
     app = DecisionApp(
-        decider, names=header_names(args.header), trusted_proxies=args.trusted_proxy
+        decider,
+        names=header_names(args.header),
+        trusted_proxies=args.trusted_proxy,
+        budget=args.budget,
     )
     keys = parse_mapping(args.descriptor, DescriptorKeys())
     return Service(source, limiter, events, decider, keys, app)
@@ -159,22 +187,26 @@ def _address(value: str) -> tuple[str, int] | None:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-async def serve(service: Service, args: argparse.Namespace) -> None:
-    """Serve gRPC and HTTP until SIGINT or SIGTERM."""
+async def serve(
+    service: Service, args: argparse.Namespace, *, shared: bool = False
+) -> None:
+    """Serve gRPC and HTTP until SIGINT or SIGTERM; ``shared``: beside other
+    workers on the same ports."""
     stop = asyncio.Event()
     grpc_server = None
     if (grpc_at := _address(args.grpc)) is not None:
-        grpc_server = await _start_grpc(service, grpc_at)
+        grpc_server = await _start_grpc(service, grpc_at, shared=shared)
     http_at = _address(args.http)
     logger.info(
-        "service.listening: grpc %s, http %s, gateway id %s",
+        "service.listening: grpc %s, http %s, gateway id %s, pid %d",
         args.grpc,
         args.http,
         args.gateway_id,
+        os.getpid(),
     )
     try:
         if http_at is not None:
-            await _serve_http(service, http_at)
+            await _serve_http(service, listening_socket(*http_at, shared=shared))
         else:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -186,12 +218,14 @@ async def serve(service: Service, args: argparse.Namespace) -> None:
         await service.limiter.aclose()
 
 
-async def _start_grpc(service: Service, at: tuple[str, int]) -> grpc.aio.Server:
+async def _start_grpc(
+    service: Service, at: tuple[str, int], *, shared: bool
+) -> grpc.aio.Server:
     import grpc
 
     from .rls import RateLimitService, add_to_server
 
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(options=[("grpc.so_reuseport", int(shared))])
     add_to_server(server, RateLimitService(service.decider, keys=service.keys))
     host = f"[{at[0]}]" if ":" in at[0] else at[0]
     server.add_insecure_port(f"{host}:{at[1]}")
@@ -199,38 +233,67 @@ async def _start_grpc(service: Service, at: tuple[str, int]) -> grpc.aio.Server:
     return server
 
 
-async def _serve_http(service: Service, at: tuple[str, int]) -> None:
+async def _serve_http(service: Service, sock: socket.socket) -> None:
     import uvicorn
 
     config = uvicorn.Config(
         service.app,
-        host=at[0],
-        port=at[1],
         log_level="warning",
         access_log=False,
         lifespan="off",
         server_header=False,
         date_header=False,
     )
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(config).serve(sockets=[sock])
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``sluice-decide``."""
+def _event_loop() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's loop when it is installed (the ``service`` extra has it), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+def run_worker(argv: Sequence[str], index: int | None = None) -> None:
+    """One worker: poll, decide and serve until SIGINT or SIGTERM (``index``: its
+    number among several, which share the ports)."""
     args = parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
+        level=args.log_level.upper(),
+        format="%(asctime)s %(name)s "
+        + ("" if index is None else f"[worker {index}] ")
+        + "%(message)s",
     )
     service = build(args)
     service.source.start()
     if service.events is not None:
         service.events.start()
     try:
-        asyncio.run(serve(service, args))
+        with asyncio.Runner(loop_factory=_event_loop()) as runner:
+            runner.run(serve(service, args, shared=index is not None))
     finally:
         service.source.stop()
         if service.events is not None:
             service.events.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``sluice-decide``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.workers <= 1:
+        return run_worker(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
+    )
+    ports = [a for a in (_address(args.grpc), _address(args.http)) if a is not None]
+    try:
+        check_free(ports)
+    except OSError as exc:
+        raise SystemExit(f"sluice-decide: {exc}") from None
+    sys.exit(supervise(args.workers, functools.partial(run_worker, argv)))
 
 
 if __name__ == "__main__":

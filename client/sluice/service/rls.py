@@ -25,10 +25,17 @@ path that several routes share (by method) matches none, and the service says
 so once per gateway (:meth:`RateLimitService.method_missing`).
 A request the service cannot decide (a bug) gets gRPC ``UNAVAILABLE``, so
 Envoy applies its ``failure_mode_deny``, as when the service is down.
+
+Deadlines (:mod:`.decider`): a call is decided within :data:`ANSWER_SHARE` of
+the time its ``grpc-timeout`` leaves (Envoy sends its filter's ``timeout``), so
+the route's failure mode answers before Envoy's timer fires and the decision is
+Sluice's, in the decision events. A call Envoy gave up on anyway is recorded
+as ``gateway_timeout``, not answered and not logged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 from urllib.parse import unquote
@@ -44,11 +51,22 @@ from sluice.quota import ConcurrencyLimit, Dimension
 from sluice.rules import Route
 
 from .decider import Decider
-from .request import DescriptorKeys, bad_input, from_descriptors
+from .request import DescriptorKeys, Request, bad_input, from_descriptors
 
-__all__ = ["RateLimitService", "add_to_server", "closest_unit", "parse_request"]
+__all__ = [
+    "ANSWER_SHARE",
+    "RateLimitService",
+    "add_to_server",
+    "closest_unit",
+    "parse_request",
+]
 
 logger = logging.getLogger("sluice.service")
+_GRPC_LOG = logging.getLogger("grpc._cython.cygrpc")  #: where grpc.aio's server logs
+
+#: The share of the time a call's deadline leaves that its decision may take; the
+#: rest is for the answer's way back through a busy process and the gateway.
+ANSWER_SHARE = 0.5
 
 _Response = rls_pb2.RateLimitResponse
 _Unit = _Response.RateLimit
@@ -109,7 +127,19 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
                 hits_addend=request.hits_addend,
                 descriptor_hits=hits,
             )
-            decision = await self.decider.decide(asked)
+            remaining = context.time_remaining()
+            deadline = None
+            if remaining is not None:
+                now = asyncio.get_running_loop().time()
+                deadline = now + remaining * ANSWER_SHARE
+            decision = await self.decider.decide(asked, deadline=deadline)
+            if remaining is not None and context.time_remaining() <= 0:
+                # too late for the gateway, which answered by its own failure mode
+                self.decider.stopped_waiting(asked, decision)
+                raise asyncio.CancelledError
+            # recorded once the call ends: only then is it known whether the
+            # answer reached the gateway in time
+            context.add_done_callback(lambda ended: self._ended(ended, asked, decision))
             if (
                 decision.route is None
                 and asked.path
@@ -117,10 +147,23 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
             ):
                 self.method_missing(request.domain, context, descriptors, asked.path)
             return self.response(decision, descriptors)
+        except asyncio.CancelledError:  # recorded as the gateway's decision
+            raise
         except Exception:  # a bug must cost one answer, not the gateway's connection
             logger.exception("service.rls_failed")
             await context.abort(grpc.StatusCode.UNAVAILABLE, "sluice: decision failed")
             raise  # abort raises; this line is never reached
+
+    def _ended(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        asked: Request,
+        decision: Decision,
+    ) -> None:
+        if context.cancelled():
+            self.decider.stopped_waiting(asked, decision)
+        else:
+            self.decider.answered(asked, decision)
 
     def method_missing(
         self,
@@ -234,8 +277,33 @@ def parse_request(raw: bytes) -> Any:
         return rls_pb2.RateLimitRequest()
 
 
+class _AnswerTooLate(logging.Filter):
+    """Counts, instead of logging, grpc's traceback for an answer sent to a call
+    that had already ended.
+
+    The gateway can give up between the handler's last look at the deadline
+    and the send: grpc then fails the send and logs the error itself
+    (``ExecuteBatchError raised in core by servicer method``, with a
+    traceback), out of the handler's reach. The decision is in the events
+    already; the call is counted with those the gateway gave up on.
+    """
+
+    def __init__(self, decider: Decider) -> None:
+        super().__init__()
+        self.decider = decider
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        # by name: the class lives in grpc's private Cython module
+        if type(error).__name__ == "ExecuteBatchError":
+            self.decider.gave_up += 1
+            return False
+        return True
+
+
 def add_to_server(server: grpc.aio.Server, service: RateLimitService) -> None:
     """Register ``service`` on a ``grpc.aio`` server (requests read by :func:`parse_request`)."""
+    _GRPC_LOG.addFilter(_AnswerTooLate(service.decider))
     handler = grpc.unary_unary_rpc_method_handler(
         service.ShouldRateLimit,
         request_deserializer=parse_request,

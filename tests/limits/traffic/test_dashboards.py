@@ -80,6 +80,24 @@ def test_fail_open_share__last_hour__part_of_all_decisions(traffic, now):
     assert (share.part, share.total) == (9, 252)
 
 
+def test_dashboard_page__gateway_timeouts__counted_apart_from_fail_open(
+    client, viewer, traffic, now
+):
+    # Given a gateway stopped waiting for 4 decisions in the last hour (its own
+    # failure behaviour answered them), and 7 two hours ago
+    counted(now - timedelta(minutes=4), "acme", "search", Outcome.GATEWAY_TIMEOUT, 4)
+    counted(now - timedelta(hours=2), "acme", "search", Outcome.GATEWAY_TIMEOUT, 7)
+    # When a viewer opens the traffic dashboard
+    client.force_login(viewer)
+    page = client.get("/admin/limits/decisionminute/").content.decode()
+    # Then the hour's 4 show on their own line, and the fail-open share is unchanged
+    share = dashboards.gateway_timeout_share(since=now - timedelta(hours=1))
+    assert (share.part, share.total) == (4, 256)
+    line = page[page.index('id="gateway-timeouts"') :].split("</p>")[0]
+    assert '<span class="sluice-figure warn">4</span>' in line
+    assert dashboards.fail_open_share(since=now - timedelta(hours=1)).part == 9
+
+
 def test_dashboard_page__viewer__charts_tables_and_share(client, viewer, traffic):
     # Given a viewer / When they open the traffic dashboard
     client.force_login(viewer)
