@@ -9,10 +9,13 @@
 -- (status, Retry-After, RateLimit fields, problem+json body) goes to the client
 -- as it is. Unreachable or slow: 503 when txn.sluice_on_error is "closed",
 -- else the request goes on (fail open). Guide: docs/gateways/haproxy.md.
+--
+-- SLUICE_DECIDE_URL is haproxy.cfg's sluice_decide proxy, which tries the
+-- service once and answers within its timeouts. The calls here set no timeout
+-- of their own: core.httpclient would retry a timed-out call 3 times.
 
-local url = os.getenv("SLUICE_DECIDE_URL") or "http://127.0.0.1:8082/v1/decide"
+local url = os.getenv("SLUICE_DECIDE_URL") or "http://127.0.0.1:8083/v1/decide"
 local release_url = url:gsub("/v1/decide$", "/v1/release")
-local timeout = tonumber(os.getenv("SLUICE_DECIDE_TIMEOUT") or "250")
 
 -- Headers of the client's request the service reads (identity: the demo's).
 local identity = { "x-tenant", "x-user", "x-api-key" }
@@ -52,7 +55,7 @@ local function ask(txn)
     if value ~= nil then question[name] = { value } end
   end
   local client = core.httpclient()
-  local ok, answer = pcall(client.get, client, { url = url, headers = question, timeout = timeout })
+  local ok, answer = pcall(client.get, client, { url = url, headers = question })
   if not ok or answer == nil or answer.status == nil or answer.status == 0 then
     return nil
   end
@@ -79,7 +82,8 @@ core.register_action("sluice_decide", { "http-req" }, function(txn)
     return
   end
   -- Only the service's own rejections (problem+json) are passed on: an error
-  -- page of HAProxy's (say, the service's port is closed) means unreachable.
+  -- page of HAProxy's (the service's port closed: 503; no answer in time: 504)
+  -- means unreachable.
   local kind = first(answer.headers["content-type"]) or ""
   if not kind:find("problem+json", 1, true) then return unreachable(txn) end
   local reply = txn:reply({ status = answer.status, body = answer.body or "" })
@@ -96,5 +100,5 @@ core.register_action("sluice_release", { "http-res" }, function(txn)
   local token = txn:get_var("txn.sluice_release")
   if token == nil then return end
   local client = core.httpclient()
-  pcall(client.post, client, { url = release_url, headers = { ["sluice-release"] = { token } }, timeout = timeout })
+  pcall(client.post, client, { url = release_url, headers = { ["sluice-release"] = { token } } })
 end)

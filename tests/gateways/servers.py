@@ -47,6 +47,7 @@ DOCUMENTED = {
     "envoy_admin": 9901,
     "nginx": 10001,
     "haproxy": 10002,
+    "haproxy_decide": 8083,
     "traefik": 10003,
 }
 
@@ -76,11 +77,8 @@ GENEROUS = {
         ("proxy_read_timeout 1s;", f"proxy_read_timeout {DECIDE_TIMEOUT}s;", 1),
     ],
     "haproxy.cfg": [
-        (
-            "setenv SLUICE_DECIDE_TIMEOUT 250\n",
-            f"setenv SLUICE_DECIDE_TIMEOUT {DECIDE_TIMEOUT * 1000}\n",
-            1,
-        ),
+        ("timeout connect 250ms\n", f"timeout connect {CONNECT_TIMEOUT}s\n", 1),
+        ("timeout server 250ms\n", f"timeout server {DECIDE_TIMEOUT}s\n", 1),
     ],
 }
 
@@ -325,7 +323,12 @@ def haproxy(
     config = render(
         DOCS / "haproxy.cfg",
         workdir / f"haproxy-{port}.cfg",
-        {"haproxy": port, "backend": backend, "http": http},
+        {
+            "haproxy": port,
+            "backend": backend,
+            "http": http,
+            "haproxy_decide": free_port(),
+        },
         generous=generous,
     )
     # lua-load names sluice.lua relative to the working directory: run from docs/gateways.
