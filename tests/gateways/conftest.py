@@ -88,7 +88,13 @@ def backend() -> Iterator[Backend]:
 
 
 def start_gateway(
-    name: str, workdir: Path, *, backend: int, service, generous: bool = True
+    name: str,
+    workdir: Path,
+    *,
+    backend: int,
+    service,
+    generous: bool = True,
+    strict: bool = False,
 ) -> tuple:
     port = free_port()
     if name == "envoy":
@@ -98,6 +104,7 @@ def start_gateway(
             backend=backend,
             grpc=service.grpc_port,
             generous=generous,
+            strict=strict,
         )
     else:
         start = getattr(servers, name)
@@ -124,21 +131,34 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
     """``stack_of(name, rules)``: a running stack; everything stops after the test.
 
     ``documented=True``: the service and the gateway at the settings the docs
-    give (timeouts, workers), not the tests' generous ones.
+    give (timeouts, workers), not the tests' generous ones; ``strict``: Envoy's
+    variant that fails closed on its own timer (``servers.STRICT``).
     """
     started: list = []
 
-    def make(name: str, served: Snapshot = RULES, *, documented: bool = False) -> Stack:
+    def make(
+        name: str,
+        served: Snapshot = RULES,
+        *,
+        documented: bool = False,
+        strict: bool = False,
+    ) -> Stack:
         rules_server = ProtocolServer().start()
         started.append(rules_server)
         rules_server.serve(Bundle(served))
-        settings = servers.DecisionService.documented if documented else None
-        service = (settings or servers.DecisionService)(
+        make_service = (
+            servers.DecisionService.documented
+            if documented
+            else servers.DecisionService
+        )
+        service = make_service(
             rules_server.url.removesuffix("/api/v1/snapshot"),
             rules_server.token,
             redis_server.url,
             tmp_path,
             gateway_id=f"{name}-test",
+            # envoy.yaml logs what Envoy decides itself to the service
+            extra=("--gateway-logs",) if name == "envoy" else (),
         ).start()
         service.wait_version(served.version)
         started.append(service)
@@ -148,6 +168,7 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
             backend=backend.port,
             service=service,
             generous=not documented,
+            strict=strict,
         )
         started.append(gateway)
         return Stack(name, port, gateway, service, rules_server, backend)

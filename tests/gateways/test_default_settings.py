@@ -94,14 +94,16 @@ CONNECTIONS = 256  #: requests in flight at once, all of one tenant
 SECONDS = 4.0
 
 
-def test_documented_settings__envoy_overloaded__the_limit_holds_and_all_is_seen(
-    stack_of, redis_client
+@pytest.mark.parametrize("strict", [False, True], ids=["documented", "strict"])
+def test_documented_settings__envoy_overloaded__every_admission_seen_and_bounded(
+    stack_of, redis_client, strict
 ):
-    # Given Envoy and the service at their documented settings (Envoy's filter
-    # gives the service 0.1 s), and a tenant allowed 20 searches a second
-    stack = stack_of("envoy", BUSY, documented=True)
+    # Given Envoy and the service at their documented settings, and a tenant
+    # allowed 20 searches a second (strict: Envoy's stage-0 filter fails closed
+    # on its own timer, the variant envoy.md gives for holding the limit)
+    stack = stack_of("envoy", BUSY, documented=True, strict=strict)
     # When 256 connections search back to back for 4 s, far more at once than
-    # the service decides in Envoy's 0.1 s on this machine
+    # the service decides in Envoy's time on this machine
     began = time.monotonic()
     statuses = asyncio.run(
         hammer(
@@ -114,18 +116,20 @@ def test_documented_settings__envoy_overloaded__the_limit_holds_and_all_is_seen(
     )
     took = time.monotonic() - began
     admitted = statuses[200]
-    limit_itself = 20 + 20 * took
-    print(
-        f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}; "
-        f"admitted {admitted} = {admitted / limit_itself:.2f} x the limit"
-    )
-    # Then every answer is an admission or a refusal
-    assert set(statuses) <= {200, 429}, statuses
+    # Then every answer is an admission or a refusal (Envoy's own: 503)
+    assert set(statuses) <= {200, 429, 503}, statuses
     # and every admission is in Sluice's decision stream: its own decisions, and
-    # those Envoy made when it stopped waiting
+    # those Envoy made itself (its access log, recorded as gateway_timeout)
     outcomes = stream_outcomes(
         redis_client, tenant="acme", until=lambda o: admissions(o) >= admitted
     )
-    print(f"stream: {dict(outcomes)}")
-    # and the admissions stay within the limit plus the documented fail-open bound
-    assert admitted <= bound(20, 20, took), (admitted, took)
+    envoy_own = outcomes["gateway_timeout"]
+    print(
+        f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}; "
+        f"admitted {admitted} = {admitted / (20 + 20 * took):.2f} x the limit; "
+        f"stream {dict(outcomes)}"
+    )
+    # and what Sluice admitted stays within the limit plus its fail-open bound;
+    # Envoy's own admissions, when its stage-0 filter fails open on its timer,
+    # come on top (seen, not bounded), and there are none in the strict variant
+    assert admitted - (0 if strict else envoy_own) <= bound(20, 20, took)

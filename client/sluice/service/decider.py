@@ -27,7 +27,6 @@ the dashboards count it; it is never logged one by one.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -35,6 +34,7 @@ import logging
 
 from sluice.aio import AsyncLimiter
 from sluice.decision import Decision, Held, Outcome
+from sluice.engine import Engine, Prepared
 from sluice.failure import decided_by_gateway
 from sluice.headers import Response, error_response, rate_limit_headers
 
@@ -108,13 +108,20 @@ class Decider:
     ) -> Decision:
         """The limiter's decision for ``request`` by ``deadline`` (``loop.time()``),
         not recorded yet: the face records it with :meth:`answered` once the
-        gateway can still get it, or :meth:`stopped_waiting`.
-
-        Never raises for a Redis failure. Cancelled (the gateway went away),
-        it records the call as the gateway's and lets the cancellation through.
-        """
+        gateway can still get it, or :meth:`stopped_waiting` (also when the
+        call is cancelled: the gateway went away). Never raises for a Redis
+        failure."""
         limiter = self.limiter
-        engine, prepared = limiter.prepare(
+        engine, prepared = self.prepare(request)
+        self.in_flight += 1
+        try:
+            return await limiter.decide_prepared(engine, prepared, deadline)
+        finally:
+            self.in_flight -= 1
+
+    def prepare(self, request: Request) -> tuple[Engine, Prepared]:
+        """The engine in force and ``request`` resolved by it (no Redis call)."""
+        return self.limiter.prepare(
             request.route,
             request.method,
             request.path,
@@ -124,28 +131,25 @@ class Decider:
             request.ip,
             request.cost,
         )
-        self.in_flight += 1
-        try:
-            return await limiter.decide_prepared(engine, prepared, deadline)
-        except asyncio.CancelledError:
-            at = limiter.store_time()
-            self.stopped_waiting(request, decided_by_gateway(engine, prepared, at=at))
-            raise
-        finally:
-            self.in_flight -= 1
 
     def answered(self, request: Request, decision: Decision) -> None:
         """Record ``decision``: the gateway gets it."""
         self.limiter.record(request.tenant, decision)
 
-    def stopped_waiting(self, request: Request, decision: Decision) -> None:
-        """Record that the gateway stopped waiting for ``decision`` (its own failure
-        behaviour answered the request), and count it."""
+    def stopped_waiting(self, request: Request, decision: Decision | None = None) -> None:
+        """Record that the gateway stopped waiting for the decision of ``request``
+        (``decision``, if one was made): its own failure behaviour answered, and
+        count it."""
         self.gave_up += 1
-        gateway = decision._replace(
-            outcome=Outcome.GATEWAY_TIMEOUT, error="the gateway stopped waiting"
-        )
-        self.limiter.record(request.tenant, gateway)
+        limiter = self.limiter
+        if decision is None:
+            engine, prepared = self.prepare(request)
+            gateway = decided_by_gateway(engine, prepared, at=limiter.store_time())
+        else:
+            gateway = decision._replace(
+                outcome=Outcome.GATEWAY_TIMEOUT, error="the gateway stopped waiting"
+            )
+        limiter.record(request.tenant, gateway)
 
     def answer(self, decision: Decision) -> Response:
         """See :func:`answer`, with this service's header options."""

@@ -96,6 +96,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--no-events", action="store_true", help="write no decision events")
     add("--grpc", default="127.0.0.1:8081", help="RLS address, or 'off'")
     add("--http", default="127.0.0.1:8082", help="forward-auth address, or 'off'")
+    add(
+        "--gateway-logs",
+        action="store_true",
+        help="Envoy logs the requests it decided itself to this service (envoy.yaml's "
+        "access_log): record calls it stops waiting for from that log only",
+    )
     add("--trusted-proxy", action="append", default=[], metavar="CIDR")
     add("--descriptor", action="append", default=[], metavar="FIELD=KEY")
     add("--header", action="append", default=[], metavar="FIELD=NAME[,NAME]")
@@ -195,7 +201,9 @@ async def serve(
     stop = asyncio.Event()
     grpc_server = None
     if (grpc_at := _address(args.grpc)) is not None:
-        grpc_server = await _start_grpc(service, grpc_at, shared=shared)
+        grpc_server = await _start_grpc(
+            service, grpc_at, shared=shared, gateway_logs=args.gateway_logs
+        )
     http_at = _address(args.http)
     logger.info(
         "service.listening: grpc %s, http %s, gateway id %s, pid %d",
@@ -219,14 +227,22 @@ async def serve(
 
 
 async def _start_grpc(
-    service: Service, at: tuple[str, int], *, shared: bool
+    service: Service, at: tuple[str, int], *, shared: bool, gateway_logs: bool
 ) -> grpc.aio.Server:
     import grpc
 
-    from .rls import RateLimitService, add_to_server
+    from . import accesslog, rls
 
     server = grpc.aio.server(options=[("grpc.so_reuseport", int(shared))])
-    add_to_server(server, RateLimitService(service.decider, keys=service.keys))
+    rls.add_to_server(
+        server,
+        rls.RateLimitService(
+            service.decider, keys=service.keys, gateway_logs=gateway_logs
+        ),
+    )
+    accesslog.add_to_server(
+        server, accesslog.GatewayDecisions(service.decider, names=service.app.names)
+    )
     host = f"[{at[0]}]" if ":" in at[0] else at[0]
     server.add_insecure_port(f"{host}:{at[1]}")
     await server.start()

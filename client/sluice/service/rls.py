@@ -30,7 +30,9 @@ Deadlines (:mod:`.decider`): a call is decided within :data:`ANSWER_SHARE` of
 the time its ``grpc-timeout`` leaves (Envoy sends its filter's ``timeout``), so
 the route's failure mode answers before Envoy's timer fires and the decision is
 Sluice's, in the decision events. A call Envoy gave up on anyway is recorded
-as ``gateway_timeout``, not answered and not logged.
+as ``gateway_timeout`` once it ends, not logged; with ``gateway_logs`` it is
+left to Envoy's access log, which also holds the calls the service never saw
+(:mod:`.accesslog`; every answer carries its marker in ``dynamic_metadata``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from sluice.decision import Decision, LimitStatus, Outcome
 from sluice.quota import ConcurrencyLimit, Dimension
 from sluice.rules import Route
 
+from .accesslog import MARKER
 from .decider import Decider
 from .request import DescriptorKeys, Request, bad_input, from_descriptors
 
@@ -63,6 +66,9 @@ __all__ = [
 
 logger = logging.getLogger("sluice.service")
 _GRPC_LOG = logging.getLogger("grpc._cython.cygrpc")  #: where grpc.aio's server logs
+
+_DECIDED = struct_pb2.Struct()
+_DECIDED.update({MARKER: True})  #: every answer's mark: Sluice decided this request
 
 #: The share of the time a call's deadline leaves that its decision may take; the
 #: rest is for the answer's way back through a busy process and the gateway.
@@ -101,8 +107,16 @@ def closest_unit(rate: int, period: int) -> tuple[int, int]:
 class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
     """The ``ShouldRateLimit`` handler over a :class:`~.decider.Decider`."""
 
-    def __init__(self, decider: Decider, *, keys: DescriptorKeys | None = None) -> None:
+    def __init__(
+        self,
+        decider: Decider,
+        *,
+        keys: DescriptorKeys | None = None,
+        gateway_logs: bool = False,
+    ) -> None:
         self.decider = decider
+        #: calls Envoy stops waiting for are recorded from its access log, not here
+        self.gateway_logs = gateway_logs
         self.keys = keys = keys or DescriptorKeys()
         self._dimension_keys = {
             dim: getattr(keys, name) for dim, name in _FIELD_OF.items()
@@ -132,10 +146,14 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
             if remaining is not None:
                 now = asyncio.get_running_loop().time()
                 deadline = now + remaining * ANSWER_SHARE
-            decision = await self.decider.decide(asked, deadline=deadline)
+            try:
+                decision = await self.decider.decide(asked, deadline=deadline)
+            except asyncio.CancelledError:  # Envoy went away
+                self._gave_up(asked)
+                raise
             if remaining is not None and context.time_remaining() <= 0:
                 # too late for the gateway, which answered by its own failure mode
-                self.decider.stopped_waiting(asked, decision)
+                self._gave_up(asked, decision)
                 raise asyncio.CancelledError
             # recorded once the call ends: only then is it known whether the
             # answer reached the gateway in time
@@ -161,9 +179,13 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
         decision: Decision,
     ) -> None:
         if context.cancelled():
-            self.decider.stopped_waiting(asked, decision)
+            self._gave_up(asked, decision)
         else:
             self.decider.answered(asked, decision)
+
+    def _gave_up(self, asked: Request, decision: Decision | None = None) -> None:
+        if not self.gateway_logs:
+            self.decider.stopped_waiting(asked, decision)
 
     def method_missing(
         self,
@@ -224,8 +246,12 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
             reply.raw_body = rendered.body
         if decision.outcome is Outcome.FAIL_CLOSED:
             metadata = struct_pb2.Struct()
-            metadata.update({"status": rendered.status, "outcome": "fail_closed"})
+            metadata.update(
+                {MARKER: True, "status": rendered.status, "outcome": "fail_closed"}
+            )
             reply.dynamic_metadata.CopyFrom(metadata)
+        else:
+            reply.dynamic_metadata.CopyFrom(_DECIDED)
         return reply
 
     def _status(self, decision: Decision, descriptor: list[tuple[str, str]]) -> Any:
