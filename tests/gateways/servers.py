@@ -69,6 +69,14 @@ GENEROUS = {
         ),
         ("connect_timeout: 0.25s", f"connect_timeout: {CONNECT_TIMEOUT}s", 1),
     ],
+    "envoy-ext-authz.yaml": [
+        (
+            "cluster: sluice_decide, timeout: 0.1s}",
+            f"cluster: sluice_decide, timeout: {DECIDE_TIMEOUT}s}}",
+            1,
+        ),
+        ("connect_timeout: 0.25s", f"connect_timeout: {CONNECT_TIMEOUT}s", 1),
+    ],
     "nginx.conf": [
         (
             "proxy_connect_timeout 100ms;",
@@ -324,6 +332,20 @@ def envoy(
         generous=generous,
         changes=(STRICT,) if strict else (),
     )
+    return _envoy(config, port)
+
+
+def envoy_ext_authz(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+    """Envoy asking the service's HTTP face through ext_authz (envoy-ext-authz.yaml)."""
+    config = render(
+        DOCS / "envoy-ext-authz.yaml",
+        workdir / f"envoy-ext-authz-{port}.yaml",
+        {"envoy": port, "backend": backend, "http": http, "envoy_admin": free_port()},
+    )
+    return _envoy(config, port)
+
+
+def _envoy(config: Path, port: int) -> Process:
     command = [binary("envoy"), "-c", str(config), "--log-level", "warning"]
     command += ["--disable-hot-restart", "--concurrency", str(concurrency)]
     return Process(command, port)

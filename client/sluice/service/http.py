@@ -20,6 +20,11 @@ answer                      when
                             ``POST /v1/release`` with it frees them
 ==========================  ==================================================
 
+Envoy's ``ext_authz`` filter (HTTP mode, ``path_prefix: /v1/decide``) asks
+``/v1/decide`` followed by the original path, with the original method: that
+path and method are decided, in place of the headers that name them; the
+answers are the same (``docs/gateways/envoy-ext-authz.yaml``).
+
 A decision takes at most the service's budget (``--budget``, :data:`BUDGET`):
 past it, the route's failure mode answers (:mod:`.decider`), so a gateway whose
 timeout for the service is longer always gets Sluice's answer. A gateway that
@@ -90,6 +95,8 @@ class DecisionApp:
         try:
             if path == DECIDE_PATH:
                 return await self.decide(scope, receive, send)
+            if path.startswith(DECIDE_PATH + "/"):  # ext_authz: the prefix + the path
+                return await self.decide(_checked(scope, self.names), receive, send)
             if path == RELEASE_PATH and scope.get("method") == "POST":
                 return await self.release(scope, send)
             if path == "/healthz":
@@ -153,6 +160,21 @@ class DecisionApp:
 
 def _has_body(headers: Mapping[str, str]) -> bool:
     return "transfer-encoding" in headers or headers.get("content-length", "0") != "0"
+
+
+def _checked(scope: Scope, names: HeaderNames) -> Scope:
+    """The scope of an ext_authz check (``/v1/decide`` + the original target), as a
+    forward-auth ask: its method and the target after the prefix come first in the
+    headers that name them (the first of repeated names wins), whatever the client sent."""
+    raw = scope.get("raw_path") or scope["path"].encode("latin-1")
+    target = raw.split(b"?", 1)[0][len(DECIDE_PATH) :]
+    if query := scope.get("query_string"):
+        target += b"?" + query
+    asked = [
+        (names.method[0].lower().encode("latin-1"), scope["method"].encode("latin-1")),
+        (names.path[0].lower().encode("latin-1"), target),
+    ]
+    return {**scope, "headers": [*asked, *(scope.get("headers") or ())]}
 
 
 def _substitute(value: str | None) -> int | None:
