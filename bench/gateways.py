@@ -93,13 +93,25 @@ async def http_rate(
 # -- part 1: the decision service against the client in process ----------------
 
 
+def rls_request() -> rls_pb2.RateLimitRequest:
+    """What Envoy asks for a search by a random tenant (``envoy.yaml``'s descriptors)."""
+    entry = ratelimit_pb2.RateLimitDescriptor.Entry
+    entries = [
+        entry(key="method", value="GET"),
+        entry(key="path", value="/v1/search"),
+        entry(key="remote_address", value="10.0.0.1"),
+        entry(key="tenant", value=tenant()),
+    ]
+    descriptors = [ratelimit_pb2.RateLimitDescriptor(entries=entries)]
+    return rls_pb2.RateLimitRequest(domain="sluice", descriptors=descriptors)
+
+
 async def service_part(
     service, redis_url: str, bundle: Bundle, seconds: float, repeats: int
 ):
     limiter = AsyncLimiter(connect_async(redis_url, timeout=1.0), bundle)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}")
     stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-    entry = ratelimit_pb2.RateLimitDescriptor.Entry
 
     async def in_process() -> object:
         return await limiter.decide(
@@ -107,19 +119,7 @@ async def service_part(
         )
 
     async def over_grpc() -> object:
-        descriptors = [
-            ratelimit_pb2.RateLimitDescriptor(
-                entries=[
-                    entry(key="method", value="GET"),
-                    entry(key="path", value="/v1/search"),
-                    entry(key="remote_address", value="10.0.0.1"),
-                    entry(key="tenant", value=tenant()),
-                ]
-            )
-        ]
-        return await stub.ShouldRateLimit(
-            rls_pb2.RateLimitRequest(domain="sluice", descriptors=descriptors)
-        )
+        return await stub.ShouldRateLimit(rls_request())
 
     ask = {"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/search"}
     results: dict[tuple[str, int], list[float]] = {}

@@ -1,0 +1,152 @@
+"""Load and what it costs, for the gateway speed bench: ``wrk`` at saturation, ``grpc.aio``
+closed loops, and the CPU seconds of process trees (``/proc``).
+
+``wrk`` (Debian, ``.ci/apt-packages``) is the HTTP load generator when it is
+installed: C, one thread, a random tenant per request from a Lua script; else
+the asyncio client of ``bench/gateways.py`` does the same, at a higher CPU cost
+on the machine's shared cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import yaml
+from envoy.service.ratelimit.v3 import rls_pb2_grpc
+
+from bench.gateways import TENANTS, closed_loop, http_rate, rls_request
+
+CONNECTIONS = 64
+GRPC_CHANNELS = 8  #: so that the workers of one service share the connections
+WRK = shutil.which("wrk")
+SEARCH = "/v1/search"
+ASK = {"X-Forwarded-Method": "GET", "X-Forwarded-Uri": SEARCH}
+
+
+def cpu_seconds(roots: Iterable[int]) -> float:
+    """CPU seconds (user + system) spent so far by ``roots`` and all their descendants."""
+    found: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (parent, _) in found.items():
+        children[parent].append(pid)
+    ticks, todo, seen = 0, list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in found and pid not in seen:
+            seen.add(pid)
+            ticks += found[pid][1]
+            todo += children[pid]
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One closed-loop run: calls per second, and cores the measured processes kept busy."""
+
+    per_s: float
+    cores: float
+    refused: int = 0  #: answers that were not 2xx (wrk only)
+
+    @property
+    def per_core(self) -> float:
+        return self.per_s / self.cores if self.cores else float("nan")
+
+    @property
+    def cpu_us(self) -> float:
+        return 1e6 * self.cores / self.per_s if self.per_s else float("nan")
+
+
+def measured(pids: list[int], load: Callable[[], tuple[float, int]]) -> Run:
+    """Run ``load`` (calls/s, refused) while counting the CPU of ``pids``."""
+    cpu, began = cpu_seconds(pids), time.perf_counter()
+    per_s, refused = load()
+    elapsed = time.perf_counter() - began
+    return Run(per_s, (cpu_seconds(pids) - cpu) / elapsed, refused)
+
+
+WRK_SCRIPT = """
+local headers = {%s}
+request = function()
+  headers["X-Tenant"] = "t" .. math.random(0, %d)
+  return wrk.format("GET", "%s", headers)
+end
+"""
+
+
+def saturate(
+    port: int, seconds: float, path: str = SEARCH, fixed=None
+) -> tuple[float, int]:
+    """Requests/s (and non-2xx answers) at CONNECTIONS keep-alive connections, random tenants."""
+    fixed = fixed or {}
+    if WRK is None:
+        return asyncio.run(http_rate(port, CONNECTIONS, seconds, path, fixed)), 0
+    pairs = ", ".join(f'["{k}"] = "{v}"' for k, v in fixed.items())
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(WRK_SCRIPT % (pairs, TENANTS - 1, path))
+    command = [WRK, "-t1", f"-c{CONNECTIONS}", f"-d{max(1, round(seconds))}s"]
+    command += ["--timeout", "10s", "-s", script.name, f"http://127.0.0.1:{port}"]
+    try:
+        out = subprocess.run(
+            command, capture_output=True, text=True, timeout=120
+        ).stdout
+    finally:
+        os.unlink(script.name)
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if rate is None:
+        raise RuntimeError(f"wrk said:\n{out}")
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+    )
+    return float(rate.group(1)), (int(bad.group(1)) if bad else 0) + (
+        sum(map(int, errors.groups())) if errors else 0
+    )
+
+
+async def grpc_rate(port: int, seconds: float) -> float:
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
+        for _ in range(GRPC_CHANNELS)
+    ]
+    stubs = [rls_pb2_grpc.RateLimitServiceStub(c) for c in channels]
+    turn = iter(range(1 << 62))
+
+    async def call() -> object:
+        return await stubs[next(turn) % GRPC_CHANNELS].ShouldRateLimit(rls_request())
+
+    try:
+        return await closed_loop(call, CONNECTIONS, seconds)
+    finally:
+        for channel in channels:
+            await channel.close()
+
+
+def envoy_failed_open(config: Path) -> int:
+    """Requests the Envoy running ``config`` served on its own because its call to
+    Sluice failed (``failure_mode_allowed`` of the rate-limit and ext_authz filters)."""
+    admin = yaml.safe_load(config.read_text())["admin"]["address"]["socket_address"]
+    url = f"http://127.0.0.1:{admin['port_value']}/stats?format=json&filter=failure_mode_allowed"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        stats = json.loads(response.read())["stats"]
+    return sum(int(s.get("value", 0)) for s in stats if "value" in s)
