@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import time
+import urllib.error
+import urllib.request
 from dataclasses import replace
 
 from sluice import FailureMode
@@ -83,6 +85,33 @@ def test_ext_authz__method_and_path_of_the_request__decide_its_route(stack_of):
     # Then the GETs are not orders.create (no limit of theirs), the POSTs are
     assert listed == [200, 200, 200]
     assert placed == [200, 200, 429]
+
+
+def test_ext_authz__check_of_a_path__decides_that_path_and_method_not_the_headers(
+    stack_of,
+):
+    # Given the decision service (orders.create: 4 tokens, 2 per order; search: 3)
+    stack = stack_of(NAME, RULES)
+    url = f"http://127.0.0.1:{stack.service.http_port}/v1/decide/v1/orders?ref=1"
+    # When it is asked as ext_authz asks, with headers that name another request
+    headers = {
+        "X-Tenant": "acme",
+        "X-Forwarded-Method": "GET",
+        "X-Forwarded-Uri": "/v1/search",
+    }
+    answers = [_post(url, headers) for _ in range(3)]
+    # Then the prefix's target and the method decide: orders.create, 2 orders
+    assert [status for status, _ in answers] == [200, 200, 429]
+    assert answers[0][1]["ratelimit-policy"] == '"tenant-min";q=4;w=120'
+
+
+def _post(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str]]:
+    request = urllib.request.Request(url, data=b"", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}
 
 
 def test_ext_authz__redis_down__closed_routes_503_open_route_served(
