@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -146,7 +147,11 @@ def envoy_failed_open(config: Path) -> int:
     """Requests the Envoy running ``config`` served on its own because its call to
     Sluice failed (``failure_mode_allowed`` of the rate-limit and ext_authz filters)."""
     admin = yaml.safe_load(config.read_text())["admin"]["address"]["socket_address"]
-    url = f"http://127.0.0.1:{admin['port_value']}/stats?format=json&filter=failure_mode_allowed"
+    # per upstream cluster (ext_authz counts each request under http.<prefix> too)
+    wanted = urllib.parse.quote(
+        r"^cluster\.[^.]+\.(ratelimit|ext_authz)\.failure_mode_allowed$"
+    )
+    url = f"http://127.0.0.1:{admin['port_value']}/stats?format=json&filter={wanted}"
     with urllib.request.urlopen(url, timeout=10) as response:
         stats = json.loads(response.read())["stats"]
     return sum(int(s.get("value", 0)) for s in stats if "value" in s)
