@@ -166,7 +166,7 @@ def _checked(scope: Scope, names: HeaderNames) -> Scope:
     """The scope of an ext_authz check (``/v1/decide`` + the original target), as a
     forward-auth ask: its method and the target after the prefix come first in the
     headers that name them (the first of repeated names wins), whatever the client sent."""
-    raw = scope.get("raw_path") or scope["path"].encode("latin-1")
+    raw = scope.get("raw_path") or scope["path"].encode()
     target = raw.split(b"?", 1)[0][len(DECIDE_PATH) :]
     if query := scope.get("query_string"):
         target += b"?" + query
