@@ -332,7 +332,7 @@ def envoy(
         generous=generous,
         changes=(STRICT,) if strict else (),
     )
-    return _envoy(config, port)
+    return _envoy(config, port, concurrency)
 
 
 def envoy_ext_authz(workdir: Path, *, port: int, backend: int, http: int) -> Process:
@@ -345,7 +345,7 @@ def envoy_ext_authz(workdir: Path, *, port: int, backend: int, http: int) -> Pro
     return _envoy(config, port)
 
 
-def _envoy(config: Path, port: int) -> Process:
+def _envoy(config: Path, port: int, concurrency: int = 1) -> Process:
     command = [binary("envoy"), "-c", str(config), "--log-level", "warning"]
     command += ["--disable-hot-restart", "--concurrency", str(concurrency)]
     return Process(command, port)

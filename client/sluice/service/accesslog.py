@@ -72,7 +72,9 @@ class GatewayDecisions(als_pb2_grpc.AccessLogServiceServicer):  # type: ignore[m
         """Record one request Envoy decided without the service."""
         request = entry.request
         names = self.names
-        headers = {name.lower(): value for name, value in request.request_headers.items()}
+        headers = {
+            name.lower(): value for name, value in request.request_headers.items()
+        }
         headers[names.method[0].lower()] = _METHODS.get(request.request_method, "GET")
         headers[names.path[0].lower()] = request.path
         address = entry.common_properties.downstream_remote_address.socket_address

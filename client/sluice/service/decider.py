@@ -136,7 +136,9 @@ class Decider:
         """Record ``decision``: the gateway gets it."""
         self.limiter.record(request.tenant, decision)
 
-    def stopped_waiting(self, request: Request, decision: Decision | None = None) -> None:
+    def stopped_waiting(
+        self, request: Request, decision: Decision | None = None
+    ) -> None:
         """Record that the gateway stopped waiting for the decision of ``request``
         (``decision``, if one was made): its own failure behaviour answered, and
         count it."""
