@@ -67,7 +67,7 @@ GENEROUS = {
             f"              timeout: {DECIDE_TIMEOUT}s\n",
             2,
         ),
-        ("connect_timeout: 0.25s", f"connect_timeout: {CONNECT_TIMEOUT}s", 1),
+        ("connect_timeout: 0.25s", f"connect_timeout: {CONNECT_TIMEOUT}s", 2),
     ],
     "envoy-ext-authz.yaml": [
         (
@@ -335,12 +335,15 @@ def envoy(
     return _envoy(config, port, concurrency)
 
 
-def envoy_ext_authz(workdir: Path, *, port: int, backend: int, http: int) -> Process:
+def envoy_ext_authz(
+    workdir: Path, *, port: int, backend: int, http: int, generous: bool = True
+) -> Process:
     """Envoy asking the service's HTTP face through ext_authz (envoy-ext-authz.yaml)."""
     config = render(
         DOCS / "envoy-ext-authz.yaml",
         workdir / f"envoy-ext-authz-{port}.yaml",
         {"envoy": port, "backend": backend, "http": http, "envoy_admin": free_port()},
+        generous=generous,
     )
     return _envoy(config, port)
 

@@ -116,6 +116,7 @@ def test_documented_settings__envoy_overloaded__every_admission_seen_and_bounded
     )
     took = time.monotonic() - began
     admitted = statuses[200]
+    print(f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}")
     # Then every answer is an admission or a refusal (Envoy's own: 503)
     assert set(statuses) <= {200, 429, 503}, statuses
     # and every admission is in Sluice's decision stream: its own decisions, and
@@ -125,7 +126,6 @@ def test_documented_settings__envoy_overloaded__every_admission_seen_and_bounded
     )
     envoy_own = outcomes["gateway_timeout"]
     print(
-        f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}; "
         f"admitted {admitted} = {admitted / (20 + 20 * took):.2f} x the limit; "
         f"stream {dict(outcomes)}"
     )
