@@ -362,21 +362,13 @@ def _unchecked(
 ) -> Decision:
     """Fail open unbounded (admit) or closed (503), by the route's mode; no bucket was consulted."""
     allowed = prepared.failure_mode is FailureMode.OPEN_UNBOUNDED
-    return Decision(
+    return _unbucketed(
+        engine,
+        prepared,
         allowed=allowed,
         status=200 if allowed else 503,
         outcome=Outcome.FAIL_OPEN if allowed else Outcome.FAIL_CLOSED,
-        deciding=None,
-        limit=0,
-        remaining=0,
-        reset=0.0,
         retry_after=None if allowed else max(retry_after, 1.0),
-        policy=prepared.plan.policy,
-        snapshot_version=engine.version,
-        route=prepared.route,
-        statuses=(),
-        degraded=True,
-        fail_open=allowed,
         error=error,
         at=at,
     )
@@ -386,21 +378,45 @@ def decided_by_gateway(engine: Engine, prepared: Prepared, *, at: float) -> Deci
     """A request the gateway stopped waiting for: its own failure behaviour
     answered it (Envoy's ``failure_mode_deny``, a forward-auth timeout), not
     Sluice. Never rendered; recorded so the decision events count it."""
-    return Decision(
+    return _unbucketed(
+        engine,
+        prepared,
         allowed=False,
         status=0,
         outcome=Outcome.GATEWAY_TIMEOUT,
+        retry_after=None,
+        error="the gateway stopped waiting",
+        at=at,
+    )
+
+
+def _unbucketed(
+    engine: Engine,
+    prepared: Prepared,
+    *,
+    allowed: bool,
+    status: int,
+    outcome: Outcome,
+    retry_after: float | None,
+    error: str,
+    at: float,
+) -> Decision:
+    """A degraded decision that consulted no bucket."""
+    return Decision(
+        allowed=allowed,
+        status=status,
+        outcome=outcome,
         deciding=None,
         limit=0,
         remaining=0,
         reset=0.0,
-        retry_after=None,
+        retry_after=retry_after,
         policy=prepared.plan.policy,
         snapshot_version=engine.version,
         route=prepared.route,
         statuses=(),
         degraded=True,
-        fail_open=False,
-        error="the gateway stopped waiting",
+        fail_open=allowed,
+        error=error,
         at=at,
     )

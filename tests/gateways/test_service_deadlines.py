@@ -22,7 +22,10 @@ from contextlib import contextmanager, suppress
 import grpc
 import pytest
 import redis
+from envoy.config.core.v3 import base_pb2
+from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from sluice import STREAM_KEY, Bundle
@@ -84,6 +87,16 @@ def redis_held(url):
         admin.execute_command("CLIENT", "UNPAUSE")
 
 
+@contextmanager
+def rls_of(service):
+    """An RLS client of the service, as Envoy calls it."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+    try:
+        yield rls_pb2_grpc.RateLimitServiceStub(channel)
+    finally:
+        channel.close()
+
+
 def request(tenant: str, entries: dict[str, str]):
     return rls_pb2.RateLimitRequest(
         domain="sluice",
@@ -132,17 +145,12 @@ def test_rls__redis_held__answered_by_half_the_deadline_with_each_route_failure_
 ):
     # Given the service, whose Redis calls would wait 30 s
     service = start(redis_timeout=30)
-    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
-    stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-    try:
-        # When Envoy asks with its deadline (here 4 s) while Redis says nothing
-        with redis_held(private_redis.url):
-            began = time.monotonic()
-            opened = stub.ShouldRateLimit(request("acme", SEARCH), timeout=4)
-            closed = stub.ShouldRateLimit(request("globex", ORDER), timeout=4)
-            took = time.monotonic() - began
-    finally:
-        channel.close()
+    # When Envoy asks with its deadline (here 4 s) while Redis says nothing
+    with rls_of(service) as stub, redis_held(private_redis.url):
+        began = time.monotonic()
+        opened = stub.ShouldRateLimit(request("acme", SEARCH), timeout=4)
+        closed = stub.ShouldRateLimit(request("globex", ORDER), timeout=4)
+        took = time.monotonic() - began
     # Then both were answered before Envoy's deadline (no DEADLINE_EXCEEDED was
     # raised), the open route admitted and the closed one refused with a 503
     assert opened.overall_code == Response.OK
@@ -161,23 +169,18 @@ def test_rls__envoy_gives_up_on_a_call__recorded_as_the_gateway_s_no_traceback(
     # Given the service, its Redis calls waiting 30 s, and a caller with a
     # deadline of a minute
     service = start(redis_timeout=30)
-    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
-    stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-    try:
-        with redis_held(private_redis.url):
-            # When the caller gives up on a call while Redis holds it (as Envoy
-            # does when its timer fires)
-            call = stub.ShouldRateLimit.future(request("initech", SEARCH), timeout=60)
-            wait_deciding(service)
-            call.cancel()
-            wait_until(
-                lambda: health(service)["gateway_timeouts"] == 1,
-                timeout=60,
-                every=0.05,
-                why="the service counted the call the caller gave up on",
-            )
-    finally:
-        channel.close()
+    with rls_of(service) as stub, redis_held(private_redis.url):
+        # When the caller gives up on a call while Redis holds it (as Envoy
+        # does when its timer fires)
+        call = stub.ShouldRateLimit.future(request("initech", SEARCH), timeout=60)
+        wait_deciding(service)
+        call.cancel()
+        wait_until(
+            lambda: health(service)["gateway_timeouts"] == 1,
+            timeout=60,
+            every=0.05,
+            why="the service counted the call the caller gave up on",
+        )
     # Then the stream says the gateway decided that request, not Sluice
     events = outcomes_in_stream(private_redis.url, expected=1)
     assert events == Counter({("initech", "gateway_timeout"): 1})
@@ -279,3 +282,63 @@ def answering(service) -> set[int]:
         with suppress(ConnectionError):
             workers.add(health(service)["worker"])
     return workers
+
+
+def test_access_log__envoy_decided_requests__recorded_once_each_as_the_gateway_s(
+    start, private_redis
+):
+    # Given the service told that Envoy logs what it decides itself
+    service = start(redis_timeout=30, extra=("--gateway-logs",))
+    with rls_of(service) as stub, redis_held(private_redis.url):
+        # When Envoy gives up on a call while Redis holds it (the service does
+        # not record it: the log will)...
+        call = stub.ShouldRateLimit.future(request("initech", SEARCH), timeout=60)
+        wait_deciding(service)
+        call.cancel()
+        # ...and its access log then says it decided that request and another
+        # one, which the service never saw
+        logged = [
+            log_entry("initech", "GET", "/v1/search"),
+            log_entry("umbrella", "POST", "/v1/orders"),
+        ]
+        channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+        try:
+            als_pb2_grpc.AccessLogServiceStub(channel).StreamAccessLogs(
+                iter(
+                    [als_pb2.StreamAccessLogsMessage(http_logs={"log_entry": logged})]
+                ),
+                timeout=60,
+            )
+        finally:
+            channel.close()
+    # Then each of the two is in the stream once, as the gateway's decision,
+    # with its tenant and route
+    events = outcomes_in_stream(private_redis.url, expected=2)
+    assert events == Counter(
+        {("initech", "gateway_timeout"): 1, ("umbrella", "gateway_timeout"): 1}
+    )
+    routes = routes_in_stream(private_redis.url)
+    assert routes == {"search", "orders.create"}
+
+
+def log_entry(tenant: str, method: str, path: str):
+    """Envoy's access log entry of a request (as envoy.yaml's access_log sends it)."""
+    return accesslog_pb2.HTTPAccessLogEntry(
+        common_properties={
+            "downstream_remote_address": {"socket_address": {"address": "203.0.113.9"}}
+        },
+        request={
+            "request_method": base_pb2.RequestMethod.Value(method),
+            "path": path,
+            "request_headers": {"x-tenant": tenant},
+        },
+        response={"response_code": {"value": 200}},
+    )
+
+
+def routes_in_stream(url) -> set[str]:
+    return {
+        record[2]
+        for _, fields in redis.Redis.from_url(url).xrange(STREAM_KEY)
+        for record in json.loads(fields[b"events"])
+    }

@@ -79,7 +79,7 @@ class GatewayDecisions(als_pb2_grpc.AccessLogServiceServicer):  # type: ignore[m
         headers[names.path[0].lower()] = request.path
         address = entry.common_properties.downstream_remote_address.socket_address
         asked = from_headers(
-            headers.get,
+            lambda name: headers.get(name.lower()),
             peer=address.address or None,
             names=names,
             trusted=_NO_PROXIES,
