@@ -111,10 +111,12 @@ def envoy(workdir: Path, *, backend: int, grpc: int, variant: str) -> servers.Pr
     return servers.Process(command, port)
 
 
-def envoy_ext_authz(workdir: Path, *, backend: int, http: int) -> servers.Process:
+def envoy_ext_authz(
+    workdir: Path, *, backend: int, http: int, grpc: int
+) -> servers.Process:
     """Envoy on envoy-ext-authz.yaml (its no-limit variant is Envoy's above)."""
     return servers.envoy_ext_authz(
-        workdir, port=free_port(), backend=backend, http=http
+        workdir, port=free_port(), backend=backend, http=http, grpc=grpc
     )
 
 
@@ -244,7 +246,7 @@ def start_gateways(
             "Envoy (ext_authz)",
             "Envoy",
             SLUICE,
-            envoy_ext_authz(workdir, backend=backend, http=http),
+            envoy_ext_authz(workdir, backend=backend, http=http, grpc=grpc_port),
         ),
         ("Envoy", "Envoy", NONE, on_envoy(NONE)),
         ("Envoy", "Envoy", LOCAL, on_envoy(LOCAL)),

@@ -12,7 +12,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -35,6 +35,9 @@ RULES = snapshot(
 )
 
 GATEWAYS = ("envoy", "nginx", "haproxy", "traefik")
+#: The Envoy configurations, which log what Envoy decides itself to the service
+#: (envoy.yaml: RLS; envoy-ext-authz.yaml: ext_authz, HTTP).
+ENVOYS = ("envoy", "envoy_ext_authz")
 
 
 @dataclass
@@ -106,6 +109,15 @@ def start_gateway(
             generous=generous,
             strict=strict,
         )
+    elif name == "envoy_ext_authz":
+        process = servers.envoy_ext_authz(
+            workdir,
+            port=port,
+            backend=backend,
+            http=service.http_port,
+            grpc=service.grpc_port,
+            generous=generous,
+        )
     else:
         start = getattr(servers, name)
         process = start(
@@ -132,7 +144,9 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
 
     ``documented=True``: the service and the gateway at the settings the docs
     give (timeouts, workers), not the tests' generous ones; ``strict``: Envoy's
-    variant that fails closed on its own timer (``servers.STRICT``).
+    variant that fails closed on its own timer (``servers.STRICT``);
+    ``gateway_documented=True``: only the gateway's timeouts as documented;
+    ``budget``: the service's forward-auth budget (seconds) instead of its own.
     """
     started: list = []
 
@@ -142,6 +156,8 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
         *,
         documented: bool = False,
         strict: bool = False,
+        gateway_documented: bool = False,
+        budget: float | None = None,
     ) -> Stack:
         rules_server = ProtocolServer().start()
         started.append(rules_server)
@@ -157,17 +173,19 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
             redis_server.url,
             tmp_path,
             gateway_id=f"{name}-test",
-            # envoy.yaml logs what Envoy decides itself to the service
-            extra=("--gateway-logs",) if name == "envoy" else (),
-        ).start()
-        service.wait_version(served.version)
+            # Envoy's files log what Envoy decides itself to the service
+            extra=("--gateway-logs",) if name in ENVOYS else (),
+        )
+        if budget is not None:
+            service = replace(service, budget=budget)
+        service.start().wait_version(served.version)
         started.append(service)
         port, gateway = start_gateway(
             name,
             tmp_path,
             backend=backend.port,
             service=service,
-            generous=not documented,
+            generous=not (documented or gateway_documented),
             strict=strict,
         )
         started.append(gateway)

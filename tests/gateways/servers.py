@@ -75,7 +75,7 @@ GENEROUS = {
             f"cluster: sluice_decide, timeout: {DECIDE_TIMEOUT}s}}",
             1,
         ),
-        ("connect_timeout: 0.25s", f"connect_timeout: {CONNECT_TIMEOUT}s", 1),
+        ("connect_timeout: 0.25s", f"connect_timeout: {CONNECT_TIMEOUT}s", 2),
     ],
     "nginx.conf": [
         (
@@ -336,13 +336,26 @@ def envoy(
 
 
 def envoy_ext_authz(
-    workdir: Path, *, port: int, backend: int, http: int, generous: bool = True
+    workdir: Path,
+    *,
+    port: int,
+    backend: int,
+    http: int,
+    grpc: int,
+    generous: bool = True,
 ) -> Process:
-    """Envoy asking the service's HTTP face through ext_authz (envoy-ext-authz.yaml)."""
+    """Envoy asking the service's HTTP face through ext_authz (envoy-ext-authz.yaml),
+    logging what it decides itself to the service's gRPC port."""
     config = render(
         DOCS / "envoy-ext-authz.yaml",
         workdir / f"envoy-ext-authz-{port}.yaml",
-        {"envoy": port, "backend": backend, "http": http, "envoy_admin": free_port()},
+        {
+            "envoy": port,
+            "backend": backend,
+            "http": http,
+            "grpc": grpc,
+            "envoy_admin": free_port(),
+        },
         generous=generous,
     )
     return _envoy(config, port)

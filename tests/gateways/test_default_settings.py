@@ -94,14 +94,19 @@ CONNECTIONS = 256  #: requests in flight at once, all of one tenant
 SECONDS = 4.0
 
 
-@pytest.mark.parametrize("strict", [False, True], ids=["documented", "strict"])
+@pytest.mark.parametrize(
+    ("name", "strict"),
+    [("envoy", False), ("envoy", True), ("envoy_ext_authz", False)],
+    ids=["documented", "strict", "ext_authz"],
+)
 def test_documented_settings__envoy_overloaded__every_admission_seen_and_bounded(
-    stack_of, redis_client, strict
+    stack_of, redis_client, name, strict
 ):
-    # Given Envoy and the service at their documented settings, and a tenant
-    # allowed 20 searches a second (strict: Envoy's stage-0 filter fails closed
-    # on its own timer, the variant envoy.md gives for holding the limit)
-    stack = stack_of("envoy", BUSY, documented=True, strict=strict)
+    # Given Envoy (RLS, or ext_authz) and the service at their documented
+    # settings, and a tenant allowed 20 searches a second (strict: Envoy's
+    # stage-0 RLS filter fails closed on its own timer, the variant envoy.md
+    # gives for holding the limit)
+    stack = stack_of(name, BUSY, documented=True, strict=strict)
     # When 256 connections search back to back for 4 s, far more at once than
     # the service decides in Envoy's time on this machine
     began = time.monotonic()
@@ -130,6 +135,7 @@ def test_documented_settings__envoy_overloaded__every_admission_seen_and_bounded
         f"stream {dict(outcomes)}"
     )
     # and what Sluice admitted stays within the limit plus its fail-open bound;
-    # Envoy's own admissions, when its stage-0 filter fails open on its timer,
-    # come on top (seen, not bounded), and there are none in the strict variant
+    # Envoy's own admissions, when the filter of a route that fails open gives
+    # up on the service, come on top (seen, not bounded), and there are none in
+    # the strict variant
     assert admitted - (0 if strict else envoy_own) <= bound(20, 20, took)

@@ -7,14 +7,18 @@ its own method), on a real Redis.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import replace
 
-from sluice import FailureMode
+from sluice import STREAM_KEY, FailureMode
+from tests.celery_fixtures import wait_until
 from tests.client.factories import ROUTES, limit, policy, rules, snapshot
+from tests.gateways.test_service_deadlines import health, redis_held
 
 NAME = "envoy_ext_authz"
 
@@ -167,3 +171,58 @@ def test_ext_authz__decision_service_killed__failure_mode_allow_decides(stack_of
     }
     assert [a.json()["path"] for a in opened.values()] == list(opened)
     assert all("ratelimit" not in a.headers for a in opened.values())
+
+
+def test_ext_authz__service_slower_than_envoy__envoy_s_own_answers_recorded_once(
+    stack_of, redis_server, redis_client
+):
+    # Given Envoy at its documented timeout for the service (0.1 s), and the
+    # service with a budget far above it (5 s): a slow decision is Envoy's
+    stack = stack_of(NAME, RULES, gateway_documented=True, budget=5)
+    answered = stack.get("/v1/search?q=x", tenant="hooli")
+    assert answered.status == 200
+    assert "ratelimit" in answered.headers  # Sluice's answer
+    # When a tenant searches and another places an order while the service's
+    # Redis holds its calls
+    with redis_held(redis_server.url):
+        searched = stack.get("/v1/search?q=x", tenant="hooli")
+        placed = stack.get("/v1/orders", tenant="initech", method="POST")
+    # Then Envoy answered each itself: failure_mode_allow served the search
+    # (no RateLimit fields: not Sluice's answer), the order's filter refused it
+    assert searched.status == 200
+    assert "ratelimit" not in searched.headers
+    assert placed.status == 503
+    assert placed.json()["error"] == "limiter_unavailable"
+    # and once the service has finished both calls, each is in the stream once,
+    # as Envoy's decision with its tenant and route: from Envoy's access log,
+    # not again from the connection Envoy closed on the service; the request
+    # Sluice answered is there as Sluice's decision only (not in the log)
+    wait_until(
+        lambda: health(stack.service)["in_flight"] == 0,
+        timeout=60,
+        every=0.05,
+        why="the service to finish the calls Envoy gave up on",
+    )
+    events = stream_records(redis_client, expected=3)
+    assert events == Counter(
+        {
+            ("hooli", "search", "allowed"): 1,
+            ("hooli", "search", "gateway_timeout"): 1,
+            ("initech", "orders.create", "gateway_timeout"): 1,
+        }
+    )
+    assert health(stack.service)["gateway_timeouts"] == 2
+
+
+def stream_records(redis_client, *, expected: int) -> Counter:
+    """(tenant, route, outcome) counts in the decision stream, once it holds
+    ``expected`` events (they are flushed in the background)."""
+
+    def counted():
+        counts: Counter = Counter()
+        for _, fields in redis_client.xrange(STREAM_KEY):
+            for record in json.loads(fields[b"events"]):
+                counts[(record[1], record[2], record[5])] += record[-1]
+        return counts if sum(counts.values()) >= expected else None
+
+    return wait_until(counted, timeout=60, every=0.1, why=f"{expected} events")

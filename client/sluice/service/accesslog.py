@@ -14,7 +14,10 @@ service over Envoy's access log service (ALS, gRPC, batched by Envoy off the
 request path). Each is recorded in the decision events as
 ``gateway_timeout`` with its tenant and route, as a call the service saw
 cancelled is. With ``--gateway-logs`` the service leaves calls Envoy stopped
-waiting for to this log (it records each one anyway), so none is counted twice.
+waiting for to this log (it records each one anyway), so none is counted twice
+(:meth:`.Decider.gateway_left`). Envoy's ext_authz filter
+(``envoy-ext-authz.yaml``) does the same: there every answer of the HTTP face
+carries ``Sluice-Status``, which the filter turns into its dynamic metadata.
 """
 
 from __future__ import annotations

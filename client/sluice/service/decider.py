@@ -22,7 +22,10 @@ calls than the process decides in time) is shed the same way without asking
 Redis. A call the gateway stopped waiting for anyway (cancelled, or answered
 past its deadline) is recorded as :attr:`~sluice.decision.Outcome.GATEWAY_TIMEOUT`
 instead of its decision: the gateway's own failure behaviour decided it, and
-the dashboards count it; it is never logged one by one.
+the dashboards count it; it is never logged one by one. A gateway that logs
+what it decided itself to the service (``gateway_logs``: Envoy's access log,
+:mod:`.accesslog`) has those calls recorded from its log alone
+(:meth:`Decider.gateway_left`), so none is counted twice.
 """
 
 from __future__ import annotations
@@ -87,7 +90,9 @@ class Decider:
     """Decides requests with the client's limiter and renders the answers.
 
     ``github_headers`` adds ``X-RateLimit-*``; ``retry_jitter`` adds up to
-    that many seconds to ``Retry-After`` (see :mod:`sluice.headers`).
+    that many seconds to ``Retry-After`` (see :mod:`sluice.headers`);
+    ``gateway_logs``: the gateways log the calls they stop waiting for to this
+    service (``--gateway-logs``).
     """
 
     def __init__(
@@ -96,8 +101,10 @@ class Decider:
         *,
         github_headers: bool = False,
         retry_jitter: float = 0.0,
+        gateway_logs: bool = False,
     ) -> None:
         self.limiter = limiter
+        self.gateway_logs = gateway_logs
         self.github_headers = github_headers
         self.retry_jitter = retry_jitter
         self.gave_up = 0  #: calls the gateway stopped waiting for, since the start
@@ -152,6 +159,13 @@ class Decider:
                 outcome=Outcome.GATEWAY_TIMEOUT, error="the gateway stopped waiting"
             )
         limiter.record(request.tenant, gateway)
+
+    def gateway_left(self, request: Request, decision: Decision | None = None) -> None:
+        """A face saw the gateway stop waiting for ``request``: recorded
+        (:meth:`stopped_waiting`), unless the gateway logs such calls to the
+        service (``gateway_logs``), whose log then records it, once."""
+        if not self.gateway_logs:
+            self.stopped_waiting(request, decision)
 
     def answer(self, decision: Decision) -> Response:
         """See :func:`answer`, with this service's header options."""

@@ -23,14 +23,18 @@ answer                      when
 Envoy's ``ext_authz`` filter (HTTP mode, ``path_prefix: /v1/decide``) asks
 ``/v1/decide`` followed by the original path, with the original method: that
 path and method are decided, in place of the headers that name them; the
-answers are the same (``docs/gateways/envoy-ext-authz.yaml``).
+answers are the same (``docs/gateways/envoy-ext-authz.yaml``), and each
+carries ``Sluice-Status``, the status Sluice decided (200 on an admission):
+Envoy's access log sends the requests without it, those Envoy decided itself,
+to the service (:mod:`.accesslog`).
 
 A decision takes at most the service's budget (``--budget``, :data:`BUDGET`):
 past it, the route's failure mode answers (:mod:`.decider`), so a gateway whose
 timeout for the service is longer always gets Sluice's answer. A gateway that
 closed the connection before the answer (its own timeout fired) gets none: the
-call is recorded as ``gateway_timeout``, and the slots its decision would have
-held are freed at once.
+call is recorded as ``gateway_timeout`` (with ``--gateway-logs``, from Envoy's
+access log instead: :meth:`.Decider.gateway_left`), and the slots its decision
+would have held are freed at once.
 
 ``GET /healthz`` answers 200, the snapshot version in force, the worker's
 process id, the calls it is deciding and how many calls their gateway stopped
@@ -60,6 +64,9 @@ DECIDE_PATH = "/v1/decide"
 RELEASE_PATH = "/v1/release"
 REJECT_STATUS = "sluice-reject-status"
 RELEASE = "Sluice-Release"
+#: The status Sluice decided: on every answer to an ext_authz check (the mark of
+#: Sluice's answers in Envoy's access log), and on a refusal sent as another status.
+STATUS = "Sluice-Status"
 #: Seconds a forward-auth decision may take by default: under the documented
 #: timeouts of the gateways for the service (HAProxy 250 ms, nginx 1 s).
 BUDGET = 0.1
@@ -96,7 +103,8 @@ class DecisionApp:
             if path == DECIDE_PATH:
                 return await self.decide(scope, receive, send)
             if path.startswith(DECIDE_PATH + "/"):  # ext_authz: the prefix + the path
-                return await self.decide(_checked(scope, self.names), receive, send)
+                checked = _checked(scope, self.names)
+                return await self.decide(checked, receive, send, ext_authz=True)
             if path == RELEASE_PATH and scope.get("method") == "POST":
                 return await self.release(scope, send)
             if path == "/healthz":
@@ -116,9 +124,12 @@ class DecisionApp:
             return await _send(send, 500, [], b"")
         return await _send(send, 404, [], b"")
 
-    async def decide(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def decide(
+        self, scope: Scope, receive: Receive, send: Send, *, ext_authz: bool = False
+    ) -> None:
         """Decide the request the headers describe within the budget, and answer
-        the gateway, unless it has gone."""
+        the gateway, unless it has gone (``ext_authz``: Envoy's check, every
+        answer marked with ``Sluice-Status``)."""
         deadline = asyncio.get_running_loop().time() + self.budget
         headers = headers_of(scope.get("headers") or ())
         peer = scope.get("client")
@@ -133,7 +144,7 @@ class DecisionApp:
         # the server says http.disconnect at once: no wait either way. One with
         # a body is answered without asking (its body might never come).
         if not _has_body(headers) and (await receive())["type"] == "http.disconnect":
-            self.decider.stopped_waiting(asked, decision)
+            self.decider.gateway_left(asked, decision)
             if decision.held is not None:  # no gateway holds its release token
                 await self.decider.limiter.release_held(decision.held)
             return
@@ -143,11 +154,10 @@ class DecisionApp:
         if decision.held is not None:
             extra.append((RELEASE, release_token(decision.held)))
         substitute = _substitute(headers.get(REJECT_STATUS))
+        if ext_authz or (status != 200 and substitute):
+            extra.append((STATUS, str(status)))
         if status != 200 and substitute:
-            extra += [
-                ("Sluice-Status", str(status)),
-                ("Sluice-Problem", response.body.decode()),
-            ]
+            extra.append(("Sluice-Problem", response.body.decode()))
             status = substitute
         await _send(send, status, extra, response.body if status != 200 else b"")
 

@@ -99,8 +99,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add(
         "--gateway-logs",
         action="store_true",
-        help="Envoy logs the requests it decided itself to this service (envoy.yaml's "
-        "access_log): record calls it stops waiting for from that log only",
+        help="Envoy logs the requests it decided itself to this service (the access_log "
+        "of envoy.yaml and envoy-ext-authz.yaml): record calls a gateway stops waiting "
+        "for from that log only",
     )
     add("--trusted-proxy", action="append", default=[], metavar="CIDR")
     add("--descriptor", action="append", default=[], metavar="FIELD=KEY")
@@ -174,7 +175,10 @@ def build(args: argparse.Namespace) -> Service:
         max_batch=args.max_batch,
     )
     decider = Decider(
-        limiter, github_headers=args.github_headers, retry_jitter=args.retry_jitter
+        limiter,
+        github_headers=args.github_headers,
+        retry_jitter=args.retry_jitter,
+        gateway_logs=args.gateway_logs,
     )
     app = DecisionApp(
         decider,
@@ -201,9 +205,7 @@ async def serve(
     stop = asyncio.Event()
     grpc_server = None
     if (grpc_at := _address(args.grpc)) is not None:
-        grpc_server = await _start_grpc(
-            service, grpc_at, shared=shared, gateway_logs=args.gateway_logs
-        )
+        grpc_server = await _start_grpc(service, grpc_at, shared=shared)
     http_at = _address(args.http)
     logger.info(
         "service.listening: grpc %s, http %s, gateway id %s, pid %d",
@@ -227,7 +229,7 @@ async def serve(
 
 
 async def _start_grpc(
-    service: Service, at: tuple[str, int], *, shared: bool, gateway_logs: bool
+    service: Service, at: tuple[str, int], *, shared: bool
 ) -> grpc.aio.Server:
     import grpc
 
@@ -236,9 +238,7 @@ async def _start_grpc(
     server = grpc.aio.server(options=[("grpc.so_reuseport", int(shared))])
     rls.add_to_server(
         server,
-        rls.RateLimitService(
-            service.decider, keys=service.keys, gateway_logs=gateway_logs
-        ),
+        rls.RateLimitService(service.decider, keys=service.keys),
     )
     accesslog.add_to_server(
         server, accesslog.GatewayDecisions(service.decider, names=service.app.names)

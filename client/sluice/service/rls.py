@@ -30,9 +30,10 @@ Deadlines (:mod:`.decider`): a call is decided within :data:`ANSWER_SHARE` of
 the time its ``grpc-timeout`` leaves (Envoy sends its filter's ``timeout``), so
 the route's failure mode answers before Envoy's timer fires and the decision is
 Sluice's, in the decision events. A call Envoy gave up on anyway is recorded
-as ``gateway_timeout`` once it ends, not logged; with ``gateway_logs`` it is
-left to Envoy's access log, which also holds the calls the service never saw
-(:mod:`.accesslog`; every answer carries its marker in ``dynamic_metadata``).
+as ``gateway_timeout`` once it ends, not logged; with ``--gateway-logs`` it is
+left to Envoy's access log (:meth:`.Decider.gateway_left`), which also holds
+the calls the service never saw (:mod:`.accesslog`; every answer carries its
+marker in ``dynamic_metadata``).
 """
 
 from __future__ import annotations
@@ -112,11 +113,8 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
         decider: Decider,
         *,
         keys: DescriptorKeys | None = None,
-        gateway_logs: bool = False,
     ) -> None:
         self.decider = decider
-        #: calls Envoy stops waiting for are recorded from its access log, not here
-        self.gateway_logs = gateway_logs
         self.keys = keys = keys or DescriptorKeys()
         self._dimension_keys = {
             dim: getattr(keys, name) for dim, name in _FIELD_OF.items()
@@ -149,11 +147,11 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
             try:
                 decision = await self.decider.decide(asked, deadline=deadline)
             except asyncio.CancelledError:  # Envoy went away
-                self._gave_up(asked)
+                self.decider.gateway_left(asked)
                 raise
             if remaining is not None and context.time_remaining() <= 0:
                 # too late for the gateway, which answered by its own failure mode
-                self._gave_up(asked, decision)
+                self.decider.gateway_left(asked, decision)
                 raise asyncio.CancelledError
             # recorded once the call ends: only then is it known whether the
             # answer reached the gateway in time
@@ -179,13 +177,9 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
         decision: Decision,
     ) -> None:
         if context.cancelled():
-            self._gave_up(asked, decision)
+            self.decider.gateway_left(asked, decision)
         else:
             self.decider.answered(asked, decision)
-
-    def _gave_up(self, asked: Request, decision: Decision | None = None) -> None:
-        if not self.gateway_logs:
-            self.decider.stopped_waiting(asked, decision)
 
     def method_missing(
         self,
