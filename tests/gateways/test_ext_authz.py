@@ -176,7 +176,7 @@ def test_ext_authz__decision_service_killed__failure_mode_allow_decides(stack_of
 def test_ext_authz__service_slower_than_envoy__envoy_s_own_answers_recorded_once(
     stack_of, redis_server, redis_client
 ):
-    # Given Envoy at its documented timeout for the service (0.1 s), and the
+    # Given Envoy at its documented timeout for the service (0.25 s), and the
     # service with a budget far above it (5 s): a slow decision is Envoy's
     stack = stack_of(NAME, RULES, gateway_documented=True, budget=5)
     answered = stack.get("/v1/search?q=x", tenant="hooli")
