@@ -160,11 +160,18 @@ class Decider:
             )
         limiter.record(request.tenant, gateway)
 
-    def gateway_left(self, request: Request, decision: Decision | None = None) -> None:
+    def gateway_left(
+        self,
+        request: Request,
+        decision: Decision | None = None,
+        *,
+        envoy: bool = True,
+    ) -> None:
         """A face saw the gateway stop waiting for ``request``: recorded
-        (:meth:`stopped_waiting`), unless the gateway logs such calls to the
+        (:meth:`stopped_waiting`), unless the gateway is an Envoy (``envoy``:
+        an RLS call, an ext_authz check) and Envoys log such calls to the
         service (``gateway_logs``), whose log then records it, once."""
-        if not self.gateway_logs:
+        if not (envoy and self.gateway_logs):
             self.stopped_waiting(request, decision)
 
     def answer(self, decision: Decision) -> Response:

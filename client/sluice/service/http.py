@@ -144,7 +144,7 @@ class DecisionApp:
         # the server says http.disconnect at once: no wait either way. One with
         # a body is answered without asking (its body might never come).
         if not _has_body(headers) and (await receive())["type"] == "http.disconnect":
-            self.decider.gateway_left(asked, decision)
+            self.decider.gateway_left(asked, decision, envoy=ext_authz)
             if decision.held is not None:  # no gateway holds its release token
                 await self.decider.limiter.release_held(decision.held)
             return
