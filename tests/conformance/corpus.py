@@ -1,0 +1,437 @@
+"""The conformance corpus: its inputs, how a step is observed, and how answers compare.
+
+Every implementation of Sluice's enforcement (the Python client, sync and
+asyncio; the decision service over gRPC and HTTP; the nginx module) is run
+through the same scenarios (``scenarios.json``) on the same rules
+(``rules.json``), and what it does is observed from outside, the same way for
+all of them:
+
+- the answer the client gets: status, ``RateLimit-Policy``, ``RateLimit``,
+  ``Retry-After``, ``Content-Type`` and the problem+json body;
+- the scripts it ran on Redis, seen through ``MONITOR``: which script, its keys
+  and its arguments (``token_bucket.lua`` and ``hot.lua``, the decisions;
+  ``release.lua`` and ``charge.lua`` run in the background and are not compared);
+- the keys Redis holds after the step (an in-flight set with its size);
+- the decision events, per (tenant, route, policy, version, outcome, limit).
+
+``corpus.json`` holds what the Python client did (``generate.py``). Time
+passes while a scenario runs, so the values that count down (``Retry-After``,
+``t=`` of ``RateLimit``, the seconds in the body) may be lower than the
+corpus' by up to :data:`TOLERANCE` seconds, never higher (the corpus is
+generated on a calm machine, where a scenario takes well under a second and
+every such value is whole: ``ceil(600 - a few ms)`` is 600). With hourly and
+daily limits nothing else can change between two calls of a scenario: no token
+refills in less than ten seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import re
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from sluice import Bundle, Snapshot
+from sluice.bucket import SCRIPT
+from sluice.identity import TrustedProxies
+from sluice.rules import Rules
+from sluice.scripts import CHARGE, HOT, RELEASE
+from sluice.service.request import HeaderNames, from_headers
+from sluice.snapshot import parse_rules
+
+HERE = Path(__file__).parent
+RULES_FILE = HERE / "rules.json"
+SCENARIOS_FILE = HERE / "scenarios.json"
+CORPUS_FILE = HERE / "corpus.json"
+
+VERSION = 7  #: the snapshot version of the corpus' rules
+PUBLISHED = datetime(2026, 1, 1, tzinfo=UTC)
+TOLERANCE = 5  #: seconds a count-down value may differ by (see the module docstring)
+PEER = "127.0.0.1"  #: every request comes from loopback, a trusted proxy
+
+#: script name by SHA-1, as MONITOR shows EVALSHA
+SCRIPTS = {
+    hashlib.sha1(source).hexdigest(): name
+    for name, source in (
+        ("token_bucket", SCRIPT),
+        ("hot", HOT),
+        ("release", RELEASE),
+        ("charge", CHARGE),
+    )
+}
+DECIDING_SCRIPTS = ("token_bucket", "hot")
+COMPARED_HEADERS = ("content-type", "ratelimit-policy", "ratelimit", "retry-after")
+
+
+def rules() -> Rules:
+    return parse_rules(json.loads(RULES_FILE.read_text()))
+
+
+def snapshot() -> Snapshot:
+    """The corpus' snapshot, as gateways get it (canonical bytes: limits in their order)."""
+    built = Snapshot.build(
+        version=VERSION,
+        parent=None,
+        published_at=PUBLISHED,
+        effective_at=PUBLISHED,
+        rules=rules(),
+    )
+    return Snapshot.from_bytes(built.to_bytes())
+
+
+def bundle() -> Bundle:
+    return Bundle(snapshot())
+
+
+def scenarios() -> list[dict[str, Any]]:
+    return json.loads(SCENARIOS_FILE.read_text())["scenarios"]
+
+
+def corpus() -> list[dict[str, Any]]:
+    return json.loads(CORPUS_FILE.read_text())["scenarios"]
+
+
+def expand(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scenario's requests, one per step (``times`` repeated); a corpus
+    scenario's, from its steps."""
+    if "steps" in scenario:
+        return [step["request"] for step in scenario["steps"]]
+    return [
+        {key: value for key, value in request.items() if key != "times"}
+        for request in scenario["requests"]
+        for _ in range(request.get("times", 1))
+    ]
+
+
+def forward_auth_headers(request: dict[str, Any]) -> dict[str, str]:
+    """The headers of a forward-auth ask for ``request`` (nginx's names)."""
+    return {
+        "X-Original-Method": request["method"],
+        "X-Original-URI": request["target"],
+        **request.get("headers", {}),
+    }
+
+
+def limiter_arguments(request: dict[str, Any]) -> dict[str, Any]:
+    """What the decision service makes of ``request``: the limiter's arguments.
+
+    The model of reading a request (method, path, identity, cost, address)
+    is the service's :func:`~sluice.service.request.from_headers`.
+    """
+    headers = {k.lower(): v for k, v in forward_auth_headers(request).items()}
+    asked = from_headers(
+        lambda name: headers.get(name.lower()),
+        peer=PEER,
+        names=HeaderNames(),
+        trusted=TrustedProxies([PEER]),
+    )
+    return asked.arguments()
+
+
+# -- answers ----------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    """What a client got: status, headers (lower-case names), body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def rendered(answer: Answer) -> dict[str, Any]:
+    """The compared part of an answer, as the corpus stores it."""
+    headers = {
+        name: answer.headers[name]
+        for name in COMPARED_HEADERS
+        if name in answer.headers
+    }
+    if answer.status == 200:  # an upstream's own Content-Type is not Sluice's
+        headers.pop("content-type", None)
+    body = json.loads(answer.body) if answer.status != 200 and answer.body else None
+    return {"status": answer.status, "headers": headers, "body": body}
+
+
+_ITEM = re.compile(r'^"([^"]+)";r=(-?\d+);t=(\d+)$')
+_RETRY_IN = re.compile(r"retry in (\d+) s")
+
+
+def _close(expected: int, actual: int) -> bool:
+    """Whether a count-down value is the corpus' or up to TOLERANCE s further down."""
+    return expected - TOLERANCE <= actual <= expected
+
+
+def _ratelimit_differs(expected: str, actual: str) -> bool:
+    pairs = list(zip(expected.split(", "), actual.split(", "), strict=False))
+    if len(expected.split(", ")) != len(actual.split(", ")):
+        return True
+    for want, got in pairs:
+        w, g = _ITEM.match(want), _ITEM.match(got)
+        if w is None or g is None:
+            return want != got
+        if w[1] != g[1] or w[2] != g[2] or not _close(int(w[3]), int(g[3])):
+            return True
+    return False
+
+
+def _body_differs(expected: Any, actual: Any) -> bool:
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
+        return expected != actual
+    if set(expected) != set(actual):
+        return True
+    for key, want in expected.items():
+        got = actual[key]
+        if key == "retry_after_seconds":
+            if not isinstance(got, int) or not _close(want, got):
+                return True
+        elif key in ("detail", "message") and isinstance(got, str):
+            found = _RETRY_IN.search(got)
+            wanted = _RETRY_IN.search(want)
+            if (found is None) != (wanted is None):
+                return True
+            if found and wanted:
+                if not _close(int(wanted[1]), int(found[1])):
+                    return True
+                got = got.replace(found[0], wanted[0])
+            if got != want:
+                return True
+        elif got != want:
+            return True
+    return False
+
+
+def answer_problems(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """How ``actual`` (:func:`rendered`) differs from ``expected``, beyond the tolerance."""
+    problems = []
+    if expected["status"] != actual["status"]:
+        problems.append(f"status {actual['status']}, expected {expected['status']}")
+    want, got = expected["headers"], actual["headers"]
+    if set(want) != set(got):
+        problems.append(f"headers {sorted(got)}, expected {sorted(want)}")
+    for name in set(want) & set(got):
+        if name == "ratelimit":
+            differs = _ratelimit_differs(want[name], got[name])
+        elif name == "retry-after":
+            differs = not (
+                got[name].isdigit() and _close(int(want[name]), int(got[name]))
+            )
+        else:
+            differs = want[name] != got[name]
+        if differs:
+            problems.append(f"{name}: {got[name]!r}, expected {want[name]!r}")
+    if _body_differs(expected["body"], actual["body"]):
+        problems.append(f"body {actual['body']!r}, expected {expected['body']!r}")
+    return problems
+
+
+# -- what Redis saw -----------------------------------------------------------
+
+
+_SHARD = re.compile(r":s\d+$")
+
+
+def normal_key(key: str) -> str:
+    """A key with its shard suffix as ``:s*`` (the shard is drawn at random)."""
+    return _SHARD.sub(":s*", key)
+
+
+def script_call(args: list[str]) -> dict[str, Any] | None:
+    """A deciding script call from a MONITOR command, normalized; None for others."""
+    if not args or args[0].upper() not in ("EVALSHA", "EVAL"):
+        return None
+    sha = args[1] if args[0].upper() == "EVALSHA" else None
+    if sha is None:
+        sha = hashlib.sha1(args[1].encode("latin-1")).hexdigest()
+    name = SCRIPTS.get(sha.lower(), "unknown")
+    if name not in DECIDING_SCRIPTS and name != "unknown":
+        return None
+    count = int(args[2])
+    keys = [normal_key(k) for k in args[3 : 3 + count]]
+    argv = list(args[3 + count :])
+    if name == "hot" and argv:
+        argv[0] = "*"  # the request id: random per gateway process
+    return {"script": name, "keys": keys, "argv": argv}
+
+
+class Monitor:
+    """``MONITOR`` on a Redis, in a thread: the commands it ran, split by markers."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._lines: queue.Queue[list[str]] = queue.Queue()
+        self._sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self._sock.sendall(b"MONITOR\r\n")
+        self._file = self._sock.makefile("rb")
+        if self._file.readline().strip() != b"+OK":
+            raise RuntimeError("MONITOR refused")
+        self._marker = redis.Redis(port=port)
+        self._count = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._file:
+                self._lines.put(_monitor_args(line.decode("latin-1")))
+        except (OSError, ValueError):
+            return
+
+    def commands(self, timeout: float = 30.0) -> list[list[str]]:
+        """Every command run since the previous call (a marker closes the span)."""
+        self._count += 1
+        marker = f"sluice-conformance-{self._count}"
+        self._marker.echo(marker)
+        found: list[list[str]] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            args = self._lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            if args[:2] == ["ECHO", marker] or args[:2] == ["echo", marker]:
+                return found
+            found.append(args)
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The deciding script calls since the previous call, NOSCRIPT retries once."""
+        calls: list[dict[str, Any]] = []
+        for args in self.commands():
+            call = script_call(args)
+            if call is not None and (not calls or calls[-1] != call):
+                calls.append(call)
+        return calls
+
+    def close(self) -> None:
+        self._sock.close()
+        self._marker.close()
+
+
+_ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _monitor_args(line: str) -> list[str]:
+    """``+1700000000.1 [0 127.0.0.1:5] "EVALSHA" "ab" ...`` -> ``["EVALSHA", "ab", ...]``."""
+    return [_unescape(m) for m in _ARG.findall(line)]
+
+
+def _unescape(text: str) -> str:
+    out, index = [], 0
+    while index < len(text):
+        char = text[index]
+        if char != "\\":
+            out.append(char)
+            index += 1
+            continue
+        nxt = text[index + 1]
+        if nxt == "x":
+            out.append(chr(int(text[index + 2 : index + 4], 16)))
+            index += 4
+            continue
+        out.append(
+            {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}.get(nxt, nxt)
+        )
+        index += 2
+    return "".join(out)
+
+
+def store(client: redis.Redis) -> list[str]:
+    """The keys Redis holds, sorted; an in-flight set with ``#`` and its size."""
+    found = []
+    for raw in client.keys("*"):
+        key = raw.decode("latin-1")
+        if client.type(raw) == b"zset":
+            key += f"#{client.zcard(raw)}"
+        found.append(normal_key(key))
+    return sorted(found)
+
+
+def wait_store(
+    client: redis.Redis, expected: list[str], timeout: float = 10.0
+) -> list[str]:
+    """The store once it equals ``expected`` (background work may still be landing),
+    or as it is after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = store(client)
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+def reset(client: redis.Redis, scenario: dict[str, Any]) -> None:
+    """An empty Redis with no script loaded, then the scenario's seed."""
+    client.flushdb()
+    client.script_flush()
+    for command in scenario.get("seed", ()):
+        client.execute_command(*command)
+
+
+# -- decision events -----------------------------------------------------------
+
+
+def event_key(event: dict[str, Any]) -> tuple[str, str, str, int, str, str]:
+    return (
+        event["tenant"],
+        event["route"],
+        event["policy"],
+        event["version"],
+        event["outcome"],
+        event["limit"],
+    )
+
+
+def expected_events(scenarios: Iterable[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """Decision events the corpus' steps make, counted by what they say."""
+    return Counter(
+        event_key(step["expect"]["event"])
+        for scenario in scenarios
+        for step in scenario["steps"]
+    )
+
+
+def stream_events(
+    client: redis.Redis, stream: str = "sluice:decisions"
+) -> Counter[tuple[Any, ...]]:
+    """Decision events written to ``stream`` (``sluice.metrics`` format), counted."""
+    counts: Counter[tuple[Any, ...]] = Counter()
+    for _, fields in client.xrange(stream):
+        for record in json.loads(fields[b"events"]):
+            _, tenant, route, policy, version, outcome, limit, n = record
+            counts[(tenant, route, policy, version, outcome, limit)] += n
+    return counts
+
+
+def wait_events(
+    client: redis.Redis, expected: Counter[tuple[Any, ...]], timeout: float = 30.0
+) -> Counter[tuple[Any, ...]]:
+    """The stream's events once they number at least ``expected``'s (flushes are periodic)."""
+    deadline = time.monotonic() + timeout
+    total = sum(expected.values())
+    while True:
+        found = stream_events(client)
+        if sum(found.values()) >= total or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+# -- running a scenario -----------------------------------------------------------
+
+Decide = Callable[[dict[str, Any], dict[str, Any]], Answer]
+
+
+def step_problems(expected: dict[str, Any], observed: dict[str, Any]) -> list[str]:
+    """How an observed step differs from the corpus' (answer, script calls, store)."""
+    problems = answer_problems(expected["response"], observed["response"])
+    if observed["calls"] != expected["calls"]:
+        problems.append(f"calls {observed['calls']!r}, expected {expected['calls']!r}")
+    if observed["store"] != expected["store"]:
+        problems.append(f"store {observed['store']!r}, expected {expected['store']!r}")
+    return problems
