@@ -94,6 +94,20 @@ def test_setup_missing__list_with_comments_and_blanks__names_packages_whose_comm
     assert _apt_calls(checkout) == []
 
 
+def test_setup_missing__library_named_by_its_file__missing_only_when_the_file_is_absent(
+    checkout, tmp_path
+):
+    # Given a library whose file is there and one whose file is not
+    present = tmp_path / "libpresent.so"
+    present.write_text("")  # not executable: a library, not a command
+    listed = f"lib-present {present}\nlib-absent {tmp_path / 'libabsent.so'}\n"
+    # When asking which packages are missing
+    result = _setup(checkout, listed, "missing")
+    # Then only the one whose file is absent
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["lib-absent"]
+
+
 def test_setup_packages__nothing_missing__no_apt_get_at_all(checkout):
     # Given a list whose every command is on the PATH
     present = "# all here\nsh\ncoreutils ls\nfindutils find\n"
@@ -161,6 +175,10 @@ def test_apt_packages__the_repository_list__names_what_the_suite_runs():
         "pg_ctlcluster",
         "chromium",
         "stress-ng",  # make test-loaded (.ci/loaded)
+        # nginx with Sluice's Lua module (tests/conformance/test_nginx_module.py)
+        "/usr/lib/nginx/modules/ngx_http_lua_module.so",
+        "/usr/lib/x86_64-linux-gnu/lua/5.1/cjson.so",
+        "/usr/share/lua/5.1/nginx/redis.lua",
     } <= commands
     assert all(1 <= len(row) <= 2 for row in rows), rows
 

@@ -427,9 +427,17 @@ def wait_events(
 Decide = Callable[[dict[str, Any], dict[str, Any]], Answer]
 
 
-def step_problems(expected: dict[str, Any], observed: dict[str, Any]) -> list[str]:
-    """How an observed step differs from the corpus' (answer, script calls, store)."""
-    problems = answer_problems(expected["response"], observed["response"])
+def step_problems(
+    expected: dict[str, Any], observed: dict[str, Any], *, head: bool = False
+) -> list[str]:
+    """How an observed step differs from the corpus' (answer, script calls, store).
+
+    ``head``: the request was a HEAD, whose answer has no body over HTTP.
+    """
+    response = expected["response"]
+    if head and observed["response"]["body"] is None:
+        response = {**response, "body": None}
+    problems = answer_problems(response, observed["response"])
     if observed["calls"] != expected["calls"]:
         problems.append(f"calls {observed['calls']!r}, expected {expected['calls']!r}")
     if observed["store"] != expected["store"]:

@@ -51,7 +51,9 @@ def scenario_problems(
     return [
         f"{name} step {index} ({want['request']['method']} {want['request']['target']}): {problem}"
         for index, (want, got) in enumerate(zip(steps, observed, strict=True))
-        for problem in corpus.step_problems(want["expect"], got["expect"])
+        for problem in corpus.step_problems(
+            want["expect"], got["expect"], head=want["request"]["method"] == "HEAD"
+        )
     ]
 
 

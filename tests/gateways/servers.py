@@ -49,7 +49,10 @@ DOCUMENTED = {
     "haproxy": 10002,
     "haproxy_decide": 8083,
     "traefik": 10003,
-    "traefik_sluice": 10004,
+    "traefik_sluice": 10005,
+    "nginx_module": 10004,
+    "control_plane": 8000,
+    "redis": 6379,
 }
 
 
@@ -84,6 +87,9 @@ GENEROUS = {
             1,
         ),
         ("proxy_read_timeout 1s;", f"proxy_read_timeout {DECIDE_TIMEOUT}s;", 1),
+    ],
+    "nginx-module.conf": [
+        ("redis_timeout = 5,", f"redis_timeout = {DECIDE_TIMEOUT * 1000},", 1),
     ],
     "haproxy.cfg": [
         ("timeout connect 250ms\n", f"timeout connect {CONNECT_TIMEOUT}s\n", 1),
@@ -380,6 +386,52 @@ def nginx(
     )
     command = [binary("nginx"), "-p", str(prefix), "-e", "stderr", "-c", str(config)]
     return Process(command, port)
+
+
+def nginx_module(
+    workdir: Path,
+    *,
+    port: int,
+    backend: int,
+    control_plane: int,
+    redis: int,
+    token: str,
+    events_redis: int | None = None,
+    gateway_id: str = "nginx-module-test",
+    poll_interval: float = 0.2,
+) -> Process:
+    """nginx enforcing with Sluice's Lua module (``docs/gateways/nginx-module.conf``):
+    the client package's Lua files from this checkout, decision events to
+    ``events_redis`` when given (else the buckets' Redis)."""
+    prefix = workdir / f"nginx-module-{port}"
+    (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+    config = render(
+        DOCS / "nginx-module.conf",
+        prefix / "nginx.conf",
+        {
+            "nginx_module": port,
+            "backend": backend,
+            "control_plane": control_plane,
+            "redis": redis,
+        },
+    )
+    text = config.read_text().replace("/opt/sluice/client/", f"{ROOT / 'client'}/")
+    text = text.replace('"nginx-module-1"', f'"{gateway_id}"')
+    text = text.replace("poll_interval = 5,", f"poll_interval = {poll_interval},")
+    # nginx's workers run as nobody: the last good rules go where nobody may write
+    cache = Path(tempfile.mkdtemp(prefix="sluice-nginx-"))
+    cache.chmod(0o777)
+    text = text.replace(
+        'cache = "sluice-rules.json"', f'cache = "{cache}/sluice-rules.json"'
+    )
+    if events_redis is not None:
+        text = text.replace(
+            "gateways = 4,", f'gateways = 4, events_redis = "127.0.0.1:{events_redis}",'
+        )
+    config.write_text(text)
+    command = [binary("nginx"), "-p", str(prefix), "-e", "stderr", "-c", str(config)]
+    env = {**os.environ, "SLUICE_GATEWAY_TOKEN": token}
+    return Process(command, port, env=env)
 
 
 def haproxy(
