@@ -399,10 +399,12 @@ def nginx_module(
     events_redis: int | None = None,
     gateway_id: str = "nginx-module-test",
     poll_interval: float = 0.2,
+    cache: Path | None = None,
 ) -> Process:
     """nginx enforcing with Sluice's Lua module (``docs/gateways/nginx-module.conf``):
     the client package's Lua files from this checkout, decision events to
-    ``events_redis`` when given (else the buckets' Redis)."""
+    ``events_redis`` when given (else the buckets' Redis), the last good rules in
+    ``cache`` (a folder; a new one by default)."""
     prefix = workdir / f"nginx-module-{port}"
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     config = render(
@@ -418,9 +420,9 @@ def nginx_module(
     text = config.read_text().replace("/opt/sluice/client/", f"{ROOT / 'client'}/")
     text = text.replace('"nginx-module-1"', f'"{gateway_id}"')
     text = text.replace("poll_interval = 5,", f"poll_interval = {poll_interval},")
-    # nginx's workers run as nobody: the last good rules go where nobody may write
-    cache = Path(tempfile.mkdtemp(prefix="sluice-nginx-"))
-    cache.chmod(0o777)
+    if cache is None:  # nginx's workers run as nobody: somewhere nobody may write
+        cache = Path(tempfile.mkdtemp(prefix="sluice-nginx-"))
+        cache.chmod(0o777)
     text = text.replace(
         'cache = "sluice-rules.json"', f'cache = "{cache}/sluice-rules.json"'
     )

@@ -154,6 +154,17 @@ function _M.rate_limit_fields(decision)
   return concat(policies, ", "), concat(states, ", ")
 end
 
+--- GitHub-style X-RateLimit-Limit, -Remaining and -Reset (epoch s, on Redis's clock
+--- when the decision carries its time), or nil when no RateLimit fields apply.
+function _M.github_fields(decision)
+  local best = decision.deciding
+  if decision.degraded or best == nil then
+    return nil
+  end
+  local at = decision.at > 0 and decision.at or ngx.now()
+  return best.quota, best.remaining, ceil(at + best.reset)
+end
+
 --- Whole seconds to wait, rounded up, at least 1.
 function _M.retry_after_seconds(decision)
   return max(1, ceil(decision.retry_after or 0))

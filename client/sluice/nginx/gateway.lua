@@ -104,6 +104,12 @@ function Gateway:start()
     ngx.timer.at(0, poll)
     ngx.timer.every(options.poll_interval or 5, poll)
   end
+  ngx.timer.every(options.charge_interval or 0.5, function(premature)
+    local ok, err = pcall(self.settle, self)
+    if not ok then
+      ngx.log(ngx.ERR, "sluice: limiter.charge_crashed: ", err)
+    end
+  end)
   if self.events then
     ngx.timer.every(options.events_interval or 1, function(premature)
       local ok, err = pcall(self.events.flush, self.events)
@@ -116,6 +122,7 @@ end
 
 function Gateway:reset_state()
   local options = self.options
+  self.owed, self.owed_count = {}, 0 -- what the open mode admitted, owed to Redis
   self.rejections = failure.reject_cache(options.reject_cache == false and 0 or 100000)
   self.breaker = failure.breaker(options.breaker)
   self.local_buckets = failure.local_buckets(self.gateways)
@@ -201,10 +208,21 @@ function Gateway:access(given)
   local ctx = ngx.ctx
   if decision.allowed then
     ctx.sluice_policy, ctx.sluice_state = answer.rate_limit_fields(decision)
+    if self.options.github_headers and ctx.sluice_policy then
+      ctx.sluice_github = { answer.github_fields(decision) }
+    end
     ctx.sluice_held = decision.held
     return
   end
   return self:reject(decision)
+end
+
+local function set_github(fields)
+  if fields and fields[1] then
+    ngx.header["X-RateLimit-Limit"] = fields[1]
+    ngx.header["X-RateLimit-Remaining"] = fields[2]
+    ngx.header["X-RateLimit-Reset"] = fields[3]
+  end
 end
 
 function Gateway:reject(decision)
@@ -217,6 +235,9 @@ function Gateway:reject(decision)
   if policy then
     ngx.header["RateLimit-Policy"] = policy
     ngx.header["RateLimit"] = state
+    if self.options.github_headers then
+      set_github({ answer.github_fields(decision) })
+    end
   end
   ngx.header["Content-Length"] = #body
   ngx.print(body)
@@ -229,6 +250,7 @@ function Gateway:header_filter()
   if ctx.sluice_policy then
     ngx.header["RateLimit-Policy"] = ctx.sluice_policy
     ngx.header["RateLimit"] = ctx.sluice_state
+    set_github(ctx.sluice_github)
   end
 end
 
@@ -380,6 +402,9 @@ function Gateway:failover(engine, prepared, err)
   local decision = self:decide_locally(engine, prepared, share, owed)
   if decision.allowed then
     decision.outcome = admitted_as
+    if mode == "open" then
+      self:owe(prepared, decision)
+    end
   end
   decision.degraded = true
   decision.error = err
@@ -424,6 +449,49 @@ function Gateway:decide_locally(engine, prepared, share, owed)
     decision.held = { keys = taken, local_slots = true }
   end
   return decision
+end
+
+local MAX_OWED = 10000
+
+--- Owe Redis what the local buckets just admitted (the limits that fit), so the
+--- fleet pays back over-admission once Redis answers (charge.lua, as sluice/backlog.py).
+function Gateway:owe(prepared, decision)
+  local id = table.concat(prepared.keys, "\n")
+  local entry = self.owed[id]
+  if entry == nil then
+    if self.owed_count >= MAX_OWED then
+      return -- past the bound, over-admission is not paid back
+    end
+    entry = { keys = prepared.keys, amounts = {}, capacities = {} }
+    for i, p in ipairs(prepared.plan.limits) do
+      entry.amounts[i], entry.capacities[i] = 0, p.capacity
+    end
+    self.owed[id], self.owed_count = entry, self.owed_count + 1
+  end
+  for i, p in ipairs(prepared.plan.limits) do
+    if decision.statuses[i].fits then
+      entry.amounts[i] = entry.amounts[i] + p.increment
+    end
+  end
+end
+
+--- From a timer: charge what is owed; what fails stays owed for the next run.
+function Gateway:settle()
+  if self.owed_count == 0 then
+    return
+  end
+  for id, entry in pairs(self.owed) do
+    local args = {}
+    for i = 1, #entry.keys do
+      args[#args + 1] = string.format("%d", entry.amounts[i])
+      args[#args + 1] = string.format("%d", entry.capacities[i])
+    end
+    local _, err = self.redis:run(self.scripts.charge, entry.keys, args, 1000)
+    if err then
+      return -- Redis still down: try again on the next run
+    end
+    self.owed[id], self.owed_count = nil, self.owed_count - 1
+  end
 end
 
 --- Fail open unbounded (admit) or closed (503); no bucket consulted.

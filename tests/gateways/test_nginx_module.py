@@ -1,0 +1,214 @@
+"""nginx with Sluice's Lua module: how it gets its rules (``docs/gateway-protocol.md``).
+
+It polls the control plane from a timer with the gateway token and its ETag,
+reports its id and the version it runs, refuses a bundle it cannot compile
+(and says so on the next poll), keeps the last good rules on disk for a
+restart while the control plane is down, and with nothing at all applies the
+strict built-in rules: never unlimited. (What it decides is held to the Python
+model by the conformance corpus: ``tests/conformance/test_nginx_module.py``.)
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.celery_fixtures import wait_until
+from tests.client.protocol_server import ProtocolServer
+from tests.conformance import corpus
+from tests.gateways import servers
+from tests.gateways.conftest import call
+from tests.servers import RedisServer, free_port
+
+
+@pytest.fixture
+def cache_dir():
+    folder = Path(tempfile.mkdtemp(prefix="sluice-nginx-"))
+    folder.chmod(0o777)  # nginx's workers run as nobody
+    yield folder
+    for child in folder.iterdir():
+        child.unlink()
+    folder.rmdir()
+
+
+@pytest.fixture
+def start_nginx(redis_server, redis_client, backend, tmp_path, cache_dir):
+    """``start_nginx(control_plane_port, token)``: nginx with the module; stopped after."""
+    started = []
+
+    def start(control_plane: int, token: str = "gw_test_token", name: str = "ngx-a"):
+        port = free_port()
+        process = servers.nginx_module(
+            tmp_path,
+            port=port,
+            backend=backend.port,
+            control_plane=control_plane,
+            redis=redis_server.port,
+            token=token,
+            gateway_id=name,
+            cache=cache_dir,
+        )
+        started.append(process.start())
+        return port, process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def rules_server():
+    server = ProtocolServer().start()
+    server.serve(corpus.bundle())
+    yield server
+    server.stop()
+
+
+def port_of(server: ProtocolServer) -> int:
+    return int(server.url.split(":")[2].split("/")[0])
+
+
+def reported(server: ProtocolServer, header: str, value: str) -> bool:
+    return any(r.get(header) == value for r in list(server.requests))
+
+
+def test_nginx_module__polls__token_etag_304_and_the_fleet_report(
+    start_nginx, rules_server
+):
+    # Given nginx with the module polling the control plane
+    start_nginx(port_of(rules_server), name="ngx-poll")
+    # When it has polled a few times
+    wait_until(
+        lambda: (
+            len([r for r in list(rules_server.requests) if "If-None-Match" in r]) >= 2
+        ),
+        timeout=60,
+        every=0.05,
+        why="two conditional polls",
+    )
+    # Then it sent its token and id, and once it had the bundle, its ETag and version
+    first, *later = list(rules_server.requests)
+    assert first["Authorization"] == "Bearer gw_test_token"
+    assert first["Sluice-Gateway-Id"] == "ngx-poll"
+    assert "If-None-Match" not in first
+    conditional = [r for r in later if "If-None-Match" in r]
+    assert {r["If-None-Match"] for r in conditional} == {rules_server.etag}
+    assert {r["Sluice-Applied-Version"] for r in conditional} == {str(corpus.VERSION)}
+
+
+def test_nginx_module__restarted_with_the_control_plane_down__enforces_the_last_good_rules(
+    start_nginx, rules_server
+):
+    # Given nginx that applied the corpus' rules, then stopped
+    _, first = start_nginx(port_of(rules_server))
+    wait_until(
+        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
+        timeout=60,
+        every=0.05,
+        why="the rules to be applied",
+    )
+    first.stop()
+    # When it starts again while the control plane does not answer
+    port, _ = start_nginx(free_port())
+    answer = call(port, "/v1/search", tenant="free-a")
+    # Then it decides with the rules it had: tier free's daily search limit
+    assert answer.status == 200
+    assert answer.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'
+
+
+def test_nginx_module__no_rules_at_all__the_strict_built_in_ones(start_nginx):
+    # Given nginx whose control plane never answered, and no last good rules
+    port, _ = start_nginx(free_port())
+    # When a request comes
+    answer = call(port, "/v1/search", tenant="free-a")
+    # Then it is limited by the built-in rules (per IP, 10/s, burst 20), not unlimited
+    assert answer.status == 200
+    assert answer.headers["ratelimit-policy"] == '"ip-s";q=20;w=2'
+    assert answer.headers["ratelimit"] == '"ip-s";r=19;t=1'
+
+
+def test_nginx_module__bad_bundle__refused_reported_and_the_rules_in_force_stay(
+    start_nginx, rules_server
+):
+    # Given nginx that applied the corpus' rules
+    port, _ = start_nginx(port_of(rules_server))
+    wait_until(
+        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
+        timeout=60,
+        every=0.05,
+        why="the rules to be applied",
+    )
+    # When the control plane serves a bundle without the default policy
+    broken = corpus.bundle().to_json()
+    broken["active"]["version"] = corpus.VERSION + 1
+    broken["active"]["rules"]["policies"] = broken["active"]["rules"]["policies"][1:]
+    rules_server.serve_bytes(json.dumps(broken).encode())
+    # Then it says so on its next poll
+    wait_until(
+        lambda: reported(
+            rules_server, "Sluice-Rejected-Version", str(corpus.VERSION + 1)
+        ),
+        timeout=60,
+        every=0.05,
+        why="the refusal to be reported",
+    )
+    # and keeps deciding with the rules it had
+    answer = call(port, "/v1/search", tenant="free-a")
+    assert answer.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'
+
+
+def test_nginx_module__redis_back__what_the_open_mode_admitted_is_charged(
+    backend, tmp_path, cache_dir, rules_server
+):
+    # Given nginx whose Redis does not answer, and a route that fails open
+    redis_port = free_port()
+    port = free_port()
+    process = servers.nginx_module(
+        tmp_path,
+        port=port,
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=redis_port,
+        token=rules_server.token,
+        cache=cache_dir,
+    ).start()
+    revived = None
+    try:
+        wait_until(
+            lambda: reported(
+                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
+            ),
+            timeout=60,
+            every=0.05,
+            why="the rules to be applied",
+        )
+        # When it admits two searches on its own (3 per hour per tenant), then Redis returns
+        assert [call(port, "/v1/search", tenant="owed-t").status for _ in range(2)] == [
+            200,
+            200,
+        ]
+        revived = RedisServer(port=redis_port).start()
+        client = redis.Redis(port=redis_port)
+        key = "rl:{tenant:owed-t}:route:search:tenant:owed-t:3600s"
+        # Then the bucket is charged those two requests (20 minutes of refill, in µs)
+        wait_until(lambda: client.exists(key), timeout=60, every=0.05, why="the charge")
+        assert 0 < int(client.get(key)) - redis_now_us(client) <= 2 * 600_000_000
+        assert client.pttl(key) > 1_190_000
+        # and the next request is decided by Redis, with the charge in its bucket
+        answer = call(port, "/v1/search", tenant="owed-t")
+        state, _, reset = answer.headers["ratelimit"].rpartition(";t=")
+        assert state == '"tenant-h";r=0'
+        assert 1200 < int(reset) <= 1800  # three requests' refill, less the time since
+    finally:
+        process.stop()
+        if revived is not None:
+            revived.cleanup()
+
+
+def redis_now_us(client) -> int:
+    seconds, micros = client.time()
+    return seconds * 1_000_000 + micros
