@@ -39,7 +39,7 @@ endif
 run: install
 	@mkdir -p var && rm -f var/demo.ready
 	@echo
-	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, Envoy, light"
+	@echo "  Sluice is starting: control plane, Celery worker and beat, demo gateway, Envoy, nginx, light"
 	@echo "  traffic, and a private Postgres or Redis where nothing answers (web says when the demo is ready)."
 	@echo "  Admin           http://$(HOST):$(PORT)/admin/   (log in as admin / admin)"
 	@echo "  Changelog       http://$(HOST):$(PORT)/changelog/"
@@ -47,6 +47,7 @@ run: install
 	@echo "  API docs        http://$(HOST):$(PORT)/api/docs/"
 	@echo "  Demo gateway    http://127.0.0.1:8080/v1/search   (curl -H 'X-Tenant: initech' ...)"
 	@echo "  Envoy gateway   http://127.0.0.1:10000/v1/search  (the same backends, through Sluice's decision service)"
+	@echo "  nginx gateway   http://127.0.0.1:10004/v1/search  (the same backends, nginx enforcing with Sluice's Lua module)"
 	@echo "  Ctrl-C stops everything."
 	@echo
 	$(DEV_ENV) SLUICE_HOST=$(HOST) SLUICE_PORT=$(PORT) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \

@@ -11,6 +11,9 @@ model by the conformance corpus: ``tests/conformance/test_nginx_module.py``.)
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,9 +33,7 @@ def cache_dir():
     folder = Path(tempfile.mkdtemp(prefix="sluice-nginx-"))
     folder.chmod(0o777)  # nginx's workers run as nobody
     yield folder
-    for child in folder.iterdir():
-        child.unlink()
-    folder.rmdir()
+    shutil.rmtree(folder)
 
 
 @pytest.fixture
@@ -212,3 +213,47 @@ def test_nginx_module__redis_back__what_the_open_mode_admitted_is_charged(
 def redis_now_us(client) -> int:
     seconds, micros = client.time()
     return seconds * 1_000_000 + micros
+
+
+def test_make_run_nginx__rendered_for_this_machine__decides(
+    redis_server, redis_client, backend, cache_dir, rules_server, tmp_path
+):
+    # Given the demo token in a file, and make run's nginx (python -m gateway.nginx)
+    # pointed at a control plane, a Redis and a port of this test's
+    token_file = tmp_path / "token"
+    token_file.write_text(rules_server.token + "\n")
+    port = free_port()
+    env = {
+        **os.environ,
+        "SLUICE_CONTROL_PLANE_URL": rules_server.url.removesuffix("/api/v1/snapshot"),
+        "SLUICE_REDIS_URL": redis_server.url,
+        "SLUICE_GATEWAY_TOKEN_FILE": str(token_file),
+        "SLUICE_GATEWAY_ID": "nginx-demo-test",
+        "SLUICE_NGINX_PORT": str(port),
+        "SLUICE_NGINX_PREFIX": str(cache_dir),
+        "SLUICE_REDIS_TIMEOUT": "5",
+        "SLUICE_BACKENDS_PORT": str(backend.port),
+    }
+    process = servers.Process(
+        [sys.executable, "-m", "gateway.nginx"], port, env=env, cwd=servers.ROOT
+    )
+    process.start()
+    try:
+        wait_until(
+            lambda: reported(
+                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
+            ),
+            timeout=60,
+            every=0.05,
+            why="the rules to be applied",
+        )
+        # When a request comes: Then it is decided with the control plane's rules
+        answer = call(port, "/v1/search", tenant="free-a")
+        assert answer.status == 200
+        assert answer.json()["path"] == "/v1/search"  # the backend's echo
+        assert answer.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'
+        assert redis_client.exists(
+            "rl:{tenant:free-a}:route:search:tenant:free-a:86400s"
+        )
+    finally:
+        process.stop()
