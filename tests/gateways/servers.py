@@ -400,6 +400,7 @@ def nginx_module(
     gateway_id: str = "nginx-module-test",
     poll_interval: float = 0.2,
     cache: Path | None = None,
+    redis_timeout_ms: int | None = None,
 ) -> Process:
     """nginx enforcing with Sluice's Lua module (``docs/gateways/nginx-module.conf``):
     the client package's Lua files from this checkout, decision events to
@@ -420,6 +421,11 @@ def nginx_module(
     text = config.read_text().replace("/opt/sluice/client/", f"{ROOT / 'client'}/")
     text = text.replace('"nginx-module-1"', f'"{gateway_id}"')
     text = text.replace("poll_interval = 5,", f"poll_interval = {poll_interval},")
+    if redis_timeout_ms is not None:  # the subject of the test, not a generous wait
+        text = text.replace(
+            f"redis_timeout = {DECIDE_TIMEOUT * 1000},",
+            f"redis_timeout = {redis_timeout_ms},",
+        )
     if cache is None:  # nginx's workers run as nobody: somewhere nobody may write
         cache = Path(tempfile.mkdtemp(prefix="sluice-nginx-"))
         cache.chmod(0o777)

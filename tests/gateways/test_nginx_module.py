@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -257,3 +258,46 @@ def test_make_run_nginx__rendered_for_this_machine__decides(
         )
     finally:
         process.stop()
+
+
+def test_nginx_module__redis_stalls__each_route_fails_its_way_within_the_timeout(
+    backend, tmp_path, cache_dir, rules_server
+):
+    # Given nginx with a 200 ms Redis timeout, on a Redis that then stops answering
+    stalled = RedisServer().start()
+    port = free_port()
+    process = servers.nginx_module(
+        tmp_path,
+        port=port,
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=stalled.port,
+        token=rules_server.token,
+        cache=cache_dir,
+        redis_timeout_ms=200,
+    ).start()
+    try:
+        wait_until(
+            lambda: reported(
+                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
+            ),
+            timeout=60,
+            every=0.05,
+            why="the rules to be applied",
+        )
+        stalled.process.send_signal(signal.SIGSTOP)
+        try:
+            # When requests come for a route that fails closed and one that fails open
+            closed = call(port, "/v1/orders/5", tenant="stall-t")
+            opened = call(port, "/v1/search", tenant="stall-t")
+        finally:
+            stalled.process.send_signal(signal.SIGCONT)
+        # Then the first is refused with the limiter's 503, the second admitted unchecked
+        # by Redis (no RateLimit fields): the timeout answered, not the client's patience
+        assert (closed.status, closed.json()["error"]) == (503, "limiter_unavailable")
+        assert closed.headers["retry-after"] == "1"
+        assert opened.status == 200
+        assert "ratelimit" not in opened.headers
+    finally:
+        process.stop()
+        stalled.cleanup()

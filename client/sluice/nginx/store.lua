@@ -52,7 +52,7 @@ end
 function Store:connect(timeout)
   local red = redis:new()
   timeout = timeout or self.timeout
-  red:set_timeouts(timeout, timeout, timeout)
+  red:set_timeout(timeout) -- one value for connect, send, read (set_timeouts is newer than Debian's)
   local connected, err = red:connect(self.host, self.port, { pool_size = self.pool_size })
   if not connected then
     return nil, err
