@@ -79,6 +79,23 @@ function _M.new(options)
   return self
 end
 
+--- `work` for a timer: never two runs at once (a slow Redis or control plane
+--- outlasts the interval), and a bug is a log line, never the end of the timer.
+local function alone(work, event)
+  local running = false
+  return function()
+    if running then
+      return
+    end
+    running = true
+    local ok, err = pcall(work)
+    running = false
+    if not ok then
+      ngx.log(ngx.ERR, "sluice: ", event, ": ", err)
+    end
+  end
+end
+
 --- In init_worker: the last good rules (or the built-in ones), then the timers.
 function Gateway:start()
   local options = self.options
@@ -93,30 +110,27 @@ function Gateway:start()
     if not self.source:load() then
       ngx.log(ngx.NOTICE, "sluice: no last good rules: the built-in strict ones apply")
     end
-    local function poll(premature)
+    local poll = alone(function()
+      return self.source:poll()
+    end, "snapshot.poll_crashed")
+    ngx.timer.at(0, function(premature)
       if not premature then
-        local ok, err = pcall(self.source.poll, self.source)
-        if not ok then
-          ngx.log(ngx.ERR, "sluice: snapshot.poll_crashed: ", err)
-        end
-      end
-    end
-    ngx.timer.at(0, poll)
-    ngx.timer.every(options.poll_interval or 5, poll)
-  end
-  ngx.timer.every(options.charge_interval or 0.5, function(premature)
-    local ok, err = pcall(self.settle, self)
-    if not ok then
-      ngx.log(ngx.ERR, "sluice: limiter.charge_crashed: ", err)
-    end
-  end)
-  if self.events then
-    ngx.timer.every(options.events_interval or 1, function(premature)
-      local ok, err = pcall(self.events.flush, self.events)
-      if not ok then
-        ngx.log(ngx.ERR, "sluice: decision_events.flush_crashed: ", err)
+        poll()
       end
     end)
+    ngx.timer.every(options.poll_interval or 5, function(premature)
+      if not premature then
+        poll()
+      end
+    end)
+  end
+  ngx.timer.every(options.charge_interval or 0.5, alone(function()
+    return self:settle()
+  end, "limiter.charge_crashed"))
+  if self.events then -- on exit too (premature): the last second's events
+    ngx.timer.every(options.events_interval or 1, alone(function()
+      return self.events:flush()
+    end, "decision_events.flush_crashed"))
   end
 end
 
@@ -480,7 +494,12 @@ function Gateway:settle()
   if self.owed_count == 0 then
     return
   end
-  for id, entry in pairs(self.owed) do
+  local ids = {} -- requests add to what is owed while a charge waits for Redis
+  for id in pairs(self.owed) do
+    ids[#ids + 1] = id
+  end
+  for _, id in ipairs(ids) do
+    local entry = self.owed[id]
     local args = {}
     for i = 1, #entry.keys do
       args[#args + 1] = string.format("%d", entry.amounts[i])
@@ -490,7 +509,17 @@ function Gateway:settle()
     if err then
       return -- Redis still down: try again on the next run
     end
-    self.owed[id], self.owed_count = nil, self.owed_count - 1
+    local now_owed = self.owed[id] -- owed meanwhile stays owed
+    for i = 1, #entry.keys do
+      now_owed.amounts[i] = now_owed.amounts[i] - tonumber(args[2 * i - 1])
+    end
+    local left = false
+    for i = 1, #entry.keys do
+      left = left or now_owed.amounts[i] > 0
+    end
+    if not left then
+      self.owed[id], self.owed_count = nil, self.owed_count - 1
+    end
   end
 end
 
