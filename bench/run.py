@@ -133,6 +133,12 @@ def parts(redis_url: str) -> list[Part]:
             django=True,
         ),
         Part(
+            "nginx with Sluice's Lua module",
+            ("-m", "bench.nginx_module", "--seconds", "3", "--repeats", "3"),
+            ("--seconds", "1", "--repeats", "1"),
+            timeout=600,
+        ),
+        Part(
             "Faults",
             ("-m", "pytest", "tests/faults", "-q", "-s", "-p", "no:cacheprovider"),
             (),

@@ -1,0 +1,335 @@
+"""nginx enforcing with Sluice's Lua module, against nginx without it, with limit_req, and through forward-auth.
+
+Four nginx, one worker each, in front of the same upstream (an Envoy that
+answers 200 itself), on the same Redis:
+
+- **no limit**: nginx proxying, nothing else;
+- **limit_req**: nginx's own in-memory limiter, per tenant (generous: never rejects);
+- **module**: ``docs/gateways/nginx-module.conf``: one EVALSHA of the client's
+  token-bucket script per request, decision events on;
+- **forward-auth**: ``docs/gateways/nginx.conf``: ``auth_request`` to the decision
+  service (``sluice-decide``), which runs the same script.
+
+For each: requests per second at 64 connections (its capacity, measured with
+``wrk`` when it is installed, ``apt-get install wrk``, else with the Python
+load generator of ``bench/gateways.py``, which is then the bottleneck), and the
+CPU each request cost nginx's worker (and the decision service); then p50 / p99
+latency at fixed rates of 50 % and 90 % of the module's capacity (forward-auth:
+of its own, far lower), each request timed from when it was due; and
+``redis-benchmark`` running EVALSHA of the same script with the same keys and
+arguments, in the same run, as the ceiling a Redis-bound gateway can reach.
+Everything shares this machine's cores. Prints figures, never asserts on
+time (``docs/benchmarks.md``)::
+
+    .venv/bin/python -m bench.nginx_module [--seconds 3] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from bench.common import machine_line, percentile, spread
+from bench.gateways import TENANTS, http_rate, paced_latencies, upstream_envoy
+from bench.load import load_rules
+from sluice import Bundle
+from sluice.bucket import SCRIPT
+from sluice.engine import Engine
+from tests.client.protocol_server import ProtocolServer
+from tests.gateways import servers
+from tests.servers import RedisServer, free_port
+
+PLAIN = """daemon off;
+worker_processes 1;
+pid nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    upstream backend {{ server 127.0.0.1:{backend}; keepalive 16; }}
+    limit_req_zone $http_x_tenant zone=tenants:10m rate=100000r/s;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            {limit}
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+"""
+
+
+def plain_nginx(workdir: Path, *, backend: int, limit: bool) -> servers.Process:
+    """nginx proxying to ``backend``, with a never-rejecting limit_req when ``limit``."""
+    port = free_port()
+    prefix = workdir / f"plain-{port}"
+    (prefix / "tmp").mkdir(parents=True)
+    config = prefix / "nginx.conf"
+    rule = "limit_req zone=tenants burst=100000 nodelay;" if limit else ""
+    config.write_text(PLAIN.format(backend=backend, port=port, limit=rule))
+    command = [servers.binary("nginx"), "-p", str(prefix), "-e", "stderr"]
+    return servers.Process([*command, "-c", str(config)], port)
+
+
+def redis_benchmark(port: int, bundle: Bundle, seconds: float) -> float:
+    """EVALSHA/s of the token-bucket script with a search request's keys and arguments,
+    50 clients, random tenants, as ``redis-benchmark`` measures it."""
+    client = redis.Redis(port=port)
+    sha = client.script_load(SCRIPT)
+    prepared = Engine(bundle.active).prepare(
+        route="search",
+        method=None,
+        path=None,
+        tenant="t__rand_int__",
+        user=None,
+        api_key=None,
+        ip="127.0.0.1",
+        now=time.time(),
+    )
+    args = [a.decode() for a in prepared.plan.args]
+    requests = 200_000
+    command = ["redis-benchmark", "-p", str(port), "-c", "50", "-r", str(TENANTS)]
+    command += ["-n", str(requests), "--csv", "EVALSHA", sha, str(len(prepared.keys))]
+    began = time.perf_counter()
+    out = subprocess.run(
+        [*command, *prepared.keys, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    del began, seconds
+    # "EVALSHA ...","123456.79",...: the second field of the last line
+    return float(out.strip().splitlines()[-1].split('","')[1].strip('"'))
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+WRK_SCRIPT = f"""
+request = function()
+  return wrk.format(nil, "/v1/search", {{["X-Tenant"] = "t" .. math.random(0, {TENANTS - 1})}})
+end
+"""
+
+
+def wrk_rate(port: int, seconds: float, workdir: Path) -> float:
+    """Requests/s ``wrk`` (one thread, 64 connections, random tenants) gets from ``port``."""
+    script = workdir / "tenants.lua"
+    script.write_text(WRK_SCRIPT)
+    command = ["wrk", "-t1", "-c64", f"-d{max(1, round(seconds))}s", "-s", str(script)]
+    out = subprocess.run(
+        [*command, f"http://127.0.0.1:{port}/v1/search"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"wrk saw errors from {port}:\n{out}")
+    return float(out.split("Requests/sec:")[1].split()[0])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds the processes ``pids`` have used so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _TICK
+
+
+def children(pid: int) -> list[int]:
+    """The worker processes of an nginx master."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(line) for line in out.stdout.split()]
+
+
+def evalsha_stats(client: redis.Redis) -> tuple[int, int]:
+    """(calls, µs) of EVALSHA that Redis counted so far."""
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+
+async def measure(
+    ports: dict[str, int],
+    seconds: float,
+    repeats: int,
+    cpu: dict[str, list[int]],
+    workdir: Path,
+) -> tuple[dict[str, list[float]], dict[tuple[str, int], list[tuple[float, float]]]]:
+    capacity: dict[str, list[float]] = {name: [] for name in ports}
+    for _ in range(repeats):
+        for name, port in ports.items():
+            before = cpu_seconds(cpu[name])
+            if shutil.which("wrk"):
+                rate = wrk_rate(port, seconds, workdir)
+            else:
+                rate = await http_rate(port, 64, seconds, "/v1/search", {})
+            used = cpu_seconds(cpu[name]) - before
+            capacity[name].append(rate)
+            CPU_PER_REQUEST.setdefault(name, []).append(1e6 * used / (rate * seconds))
+    module = sorted(capacity["module"])[repeats // 2]
+    forward = sorted(capacity["forward-auth"])[repeats // 2]
+    latencies: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for share in (50, 90):
+        for _ in range(repeats):
+            for name, port in ports.items():
+                base = forward if name == "forward-auth" else module
+                ordered = await paced_latencies(port, base * share / 100, seconds)
+                latencies.setdefault((name, share), []).append(
+                    (percentile(ordered, 0.5), percentile(ordered, 0.99))
+                )
+    return capacity, latencies
+
+
+#: µs of CPU per request, per gateway (nginx's worker; forward-auth: and the service's)
+CPU_PER_REQUEST: dict[str, list[float]] = {}
+
+
+def report(
+    capacity: dict[str, list[float]],
+    latencies: dict[tuple[str, int], list[tuple[float, float]]],
+    evalsha: list[float],
+    redis_us: float,
+) -> None:
+    module = sorted(capacity["module"])[len(capacity["module"]) // 2]
+    forward = sorted(capacity["forward-auth"])[len(capacity["forward-auth"]) // 2]
+    print(
+        "| nginx | requests/s at 64 connections | p50 / p99 ms at 50 % | p50 / p99 ms at 90 % |"
+    )
+    print("|---|---|---|---|")
+    for name in capacity:
+        cells = [spread(capacity[name], 0)]
+        for share in (50, 90):
+            pairs = latencies[(name, share)]
+            cells.append(
+                f"{spread([p for p, _ in pairs], 2)} / {spread([q for _, q in pairs], 2)}"
+            )
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print(
+        f"\nRates: 50 % and 90 % of the module's capacity ({module * 0.5:.0f} and "
+        f"{module * 0.9:.0f} req/s); forward-auth at 50 % and 90 % of its own "
+        f"({forward * 0.5:.0f} and {forward * 0.9:.0f} req/s).\n"
+    )
+    for share in (50, 90):
+        added = [
+            m[1] - n[1]
+            for m, n in zip(
+                latencies[("module", share)],
+                latencies[("no limit", share)],
+                strict=True,
+            )
+        ]
+        print(
+            f"- p99 added by the module at {share} % of its capacity: "
+            f"{spread(added, 2)} ms (target at 50 %: under 1 ms)"
+        )
+    print(
+        "- CPU per request (µs): "
+        + ", ".join(f"{name} {spread(CPU_PER_REQUEST[name], 0)}" for name in capacity)
+        + " (forward-auth: nginx and the decision service)"
+    )
+    ratio = module / sorted(evalsha)[len(evalsha) // 2]
+    print(
+        f"- redis-benchmark EVALSHA of the same script (50 clients): {spread(evalsha, 0)}/s; "
+        f"the module's decisions/s are {ratio:.2f} x that (target: at least 0.5); "
+        f"Redis spends {redis_us:.1f} µs per EVALSHA of the module's"
+    )
+    print(
+        f"- the module's capacity is {module / sorted(capacity['no limit'])[len(capacity['no limit']) // 2]:.2f} x "
+        f"nginx without a limit, {module / forward:.2f} x forward-auth\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    print(
+        f"## nginx with Sluice's Lua module (bench/nginx_module.py)\n\n{machine_line()}.\n"
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="sluice-bench-nginx-"))
+    store = RedisServer().start()
+    rules_server = ProtocolServer().start()
+    bundle = Bundle(load_rules(TENANTS))
+    rules_server.serve(bundle)
+    control_plane = int(rules_server.url.split(":")[2].split("/")[0])
+    service = servers.DecisionService(
+        rules_server.url.removesuffix("/api/v1/snapshot"),
+        rules_server.token,
+        store.url,
+        workdir,
+        gateway_id="bench-decide",
+        poll_interval=5.0,
+        redis_timeout=1.0,
+    )
+    started: list = []
+    try:
+        started.append(service.start().wait_version(1))
+        upstream = upstream_envoy(workdir).start()
+        started.append(upstream)
+        gateways = {
+            "no limit": plain_nginx(workdir, backend=upstream.port, limit=False),
+            "limit_req": plain_nginx(workdir, backend=upstream.port, limit=True),
+            "module": servers.nginx_module(
+                workdir,
+                port=free_port(),
+                backend=upstream.port,
+                control_plane=control_plane,
+                redis=store.port,
+                token=rules_server.token,
+                gateway_id="bench-nginx-module",
+                poll_interval=5.0,
+            ),
+            "forward-auth": servers.nginx(
+                workdir,
+                port=free_port(),
+                backend=upstream.port,
+                http=service.http_port,
+            ),
+        }
+        for process in gateways.values():
+            started.append(process.start())
+        time.sleep(2)  # the module's first poll
+        ports = {name: process.port for name, process in gateways.items()}
+        cpu = {
+            name: children(process.process.pid) for name, process in gateways.items()
+        }
+        cpu["forward-auth"].append(service.process.process.pid)
+        client = redis.Redis(port=store.port)
+        client.config_resetstat()
+        capacity, latencies = asyncio.run(
+            measure(ports, options.seconds, options.repeats, cpu, workdir)
+        )
+        calls, usec = evalsha_stats(client)  # the module's and the service's
+        evalsha = [
+            redis_benchmark(store.port, bundle, options.seconds)
+            for _ in range(options.repeats)
+        ]
+        report(capacity, latencies, evalsha, usec / max(1, calls))
+        print(f"After the run: {machine_line()}.")
+    finally:
+        for process in reversed(started):
+            process.stop()
+        rules_server.stop()
+        store.cleanup()
+
+
+if __name__ == "__main__":
+    main()
