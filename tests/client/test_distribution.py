@@ -41,6 +41,11 @@ answers = [limiter.decide(ip="192.0.2.7").allowed for _ in range(3)]
 installed = sorted(d.metadata["Name"].lower() for d in metadata.distributions())
 print(answers)
 print(installed)
+# the nginx module ships with the scripts it runs (docs/gateways/nginx.md)
+from importlib import resources
+package = resources.files("sluice")
+shipped = ["nginx/gateway.lua", "nginx/rules.lua", "lua/token_bucket.lua", "lua/hot.lua"]
+print(all(package.joinpath(name).is_file() for name in shipped))
 """
 
 BESIDE = """
@@ -185,9 +190,10 @@ def test_client__installed_alone_in_a_fresh_venv__decides_without_the_server(
     # Given the client's wheel installed with its own dependencies only
     python = _venv(tmp_path, _wheel(tmp_path))
     # When it decides three requests of one address against a real Redis (burst 2)
-    answers, installed = _run(python, DECIDE, redis_server.url)
+    answers, installed, nginx_module = _run(python, DECIDE, redis_server.url)
     # Then it admits two, rejects the third, and nothing of the control plane came with it
     assert answers == "[True, True, False]"
+    assert nginx_module == "True"  # and the nginx module came with its scripts
     assert "sluice-client" in installed
     assert "redis" in installed
     assert not [name for name in SERVER_ONLY if f"'{name}'" in installed]
