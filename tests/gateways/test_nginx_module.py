@@ -4,7 +4,9 @@ It polls the control plane from a timer with the gateway token and its ETag,
 reports its id and the version it runs, refuses a bundle it cannot compile
 (and says so on the next poll), keeps the last good rules on disk for a
 restart while the control plane is down, and with nothing at all applies the
-strict built-in rules: never unlimited. (What it decides is held to the Python
+strict built-in rules: never unlimited. A scheduled version takes over at its
+time; a stalled Redis costs the timeout, then the route's failure mode; what
+the open mode admitted is charged once Redis is back. (What it decides is held to the Python
 model by the conformance corpus: ``tests/conformance/test_nginx_module.py``.)
 """
 
@@ -16,11 +18,14 @@ import shutil
 import signal
 import sys
 import tempfile
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
 
+from sluice import Bundle, Snapshot
 from tests.celery_fixtures import wait_until
 from tests.client.protocol_server import ProtocolServer
 from tests.conformance import corpus
@@ -301,3 +306,42 @@ def test_nginx_module__redis_stalls__each_route_fails_its_way_within_the_timeout
     finally:
         process.stop()
         stalled.cleanup()
+
+
+def test_nginx_module__scheduled_version__takes_over_at_its_time(
+    start_nginx, rules_server
+):
+    # Given a bundle whose next version, due in 3 s, raises tier free's search burst to 5
+    active = corpus.snapshot()
+    raised = tuple(
+        replace(p, limits=(replace(p.limits[0], burst=5),))
+        if (p.scope, p.route) == ("tier:free", "search")
+        else p
+        for p in active.rules.policies
+    )
+    due = datetime.now(UTC) + timedelta(seconds=3)
+    scheduled = Snapshot.build(
+        version=corpus.VERSION + 1,
+        parent=corpus.VERSION,
+        published_at=corpus.PUBLISHED,
+        effective_at=due,
+        rules=replace(active.rules, policies=raised),
+    )
+    rules_server.serve(Bundle(active, (scheduled,)))
+    port, _ = start_nginx(port_of(rules_server))
+    wait_until(
+        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
+        timeout=60,
+        every=0.05,
+        why="the bundle to be applied",
+    )
+    # When a tier free tenant searches before and after its time
+    before = call(port, "/v1/search", tenant="free-a")
+    wait_until(
+        lambda: datetime.now(UTC) > due, timeout=60, every=0.05, why="the switch"
+    )
+    after = call(port, "/v1/search", tenant="free-b")
+    # Then the first is decided by the active version (burst 2), the second by the
+    # scheduled one (burst 5), without a poll in between being needed
+    assert before.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'
+    assert after.headers["ratelimit-policy"] == '"tenant-day";q=5;w=72000'
