@@ -345,3 +345,45 @@ def test_nginx_module__scheduled_version__takes_over_at_its_time(
     # scheduled one (burst 5), without a poll in between being needed
     assert before.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'
     assert after.headers["ratelimit-policy"] == '"tenant-day";q=5;w=72000'
+
+
+def test_nginx_module__altered_bundle__refused_by_its_hash(start_nginx, rules_server):
+    # Given nginx that applied rules whose names need escaping in canonical JSON
+    active = corpus.snapshot()
+    odd = Snapshot.build(
+        version=corpus.VERSION + 1,
+        parent=corpus.VERSION,
+        published_at=corpus.PUBLISHED,
+        effective_at=corpus.PUBLISHED,
+        rules=replace(
+            active.rules,
+            tiers={**active.rules.tiers, "free": 'Frëe "tier"\\\n\t\x01 ü ✓'},
+        ),
+    )
+    rules_server.serve(Bundle(odd))
+    port, _ = start_nginx(port_of(rules_server))
+    wait_until(
+        lambda: reported(rules_server, "Sluice-Applied-Version", str(odd.version)),
+        timeout=60,
+        every=0.05,
+        why="the rules to be applied (their hash verified)",
+    )
+    # When the next bundle's content was altered after it was hashed
+    altered = Bundle(odd).to_json()
+    altered["active"]["version"] = odd.version + 1
+    rules_server.serve_bytes(json.dumps(altered).encode())
+    # Then it is refused and reported, and the rules in force stay
+    wait_until(
+        lambda: reported(rules_server, "Sluice-Rejected-Version", str(odd.version + 1)),
+        timeout=60,
+        every=0.05,
+        why="the refusal to be reported",
+    )
+    reason = next(
+        r["Sluice-Rejected-Reason"]
+        for r in list(rules_server.requests)
+        if "Sluice-Rejected-Reason" in r
+    )
+    assert "hash" in reason
+    answer = call(port, "/v1/search", tenant="free-a")
+    assert answer.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'

@@ -37,14 +37,21 @@ local _M = { MISSING = "~", PREFIX = "rl" }
 
 local MISSING = _M.MISSING
 
---- "#" and the first 32 hex digits of the SHA-256 of `value`.
-function _M.digest(value)
+--- The SHA-256 of `value` in hex, its first `bytes` bytes (32: all of it).
+function _M.sha256_hex(value, bytes)
   C.SHA256(value, #value, digest_buffer)
   local hex = {}
-  for i = 0, 15 do
+  for i = 0, (bytes or 32) - 1 do
     hex[#hex + 1] = format("%02x", digest_buffer[i])
   end
-  return "#" .. concat(hex)
+  return concat(hex)
+end
+
+local sha256_hex = _M.sha256_hex
+
+--- "#" and the first 32 hex digits of the SHA-256 of `value`.
+function _M.digest(value)
+  return "#" .. sha256_hex(value, 16)
 end
 
 local digest = _M.digest

@@ -3,8 +3,8 @@
 -- `GET <control plane>/api/v1/snapshot` from a timer (never on a request's path),
 -- with the gateway token, If-None-Match (304: nothing to do) and the fleet report
 -- (Sluice-Gateway-Id, Sluice-Applied-Version; a refused bundle's version and reason).
--- A new bundle is compiled before it replaces the one in force: a bad one is kept
--- out and reported. The last good bundle is written to the cache file atomically
+-- A new bundle is verified (each snapshot's hash over its canonical document) and
+-- compiled before it replaces the one in force: a bad one is kept out and reported. The last good bundle is written to the cache file atomically
 -- (the Python client's file format: {"bundle": ..., "etag": ...}) and read back when
 -- a worker starts, so a gateway restarted while the control plane is down enforces
 -- what it enforced before; with nothing at all, the strict built-in rules apply.
