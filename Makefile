@@ -61,7 +61,7 @@ check: install
 	$(PY) manage.py makemigrations --check --dry-run --settings controlplane.settings_test
 	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null --settings controlplane.settings_test
 
-# The whole suite, then the client's and the gateways' tests again with the asyncio
+# The whole suite, then the client's, the gateways' and the conformance tests again with the asyncio
 # limiter's auto-pipelining off (both ways must hold).
 test: setup check test-suite
 
@@ -69,7 +69,7 @@ test: setup check test-suite
 # tests are listed at the end of each pass (docs/testing.md says what each waits on).
 test-suite: install
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) -q --durations=20 --no-pipelining tests/client tests/gateways
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) -q --durations=20 --no-pipelining tests/client tests/gateways tests/conformance
 
 # The same suite beside a CPU load of twice the cores (stress-ng, started and stopped by
 # .ci/loaded), as on a busy CI machine: verdicts must not depend on the machine's speed.
