@@ -203,6 +203,70 @@ function Breaker:failed(err)
   end
 end
 
+-- Leased tokens (sluice/hotkeys.py's Leases) -----------------------------------------
+
+_M.PAID, _M.REFILL, _M.SINGLE = 0, 1, 2 -- what a request is asked of by Leases:take
+
+local Leases = {}
+Leases.__index = Leases
+
+--- Tokens a worker took from a bucket in one call (hot.lua charged them in Redis),
+--- spent in process until they run out or their lease time ends. Unspent tokens
+--- are lost, never given back.
+function _M.leases(max_keys)
+  return setmetatable({ max_keys = max_keys or 100000, pools = {}, count = 0 }, Leases)
+end
+
+--- Spend one request of `increment` µs from the key's pool: (PAID, debt now) when
+--- the pool paid, (REFILL, 0) when this request takes a new lease, (SINGLE, 0) when
+--- another one is taking it (this one is decided in Redis on its own).
+function Leases:take(key, increment, now)
+  local pool = self.pools[key]
+  if pool == nil then
+    if self.count >= self.max_keys then
+      self:forget(now)
+    end
+    pool = { balance = 0, expires = 0, debt = 0, at = 0, refilling = false }
+    self.pools[key], self.count = pool, self.count + 1
+  end
+  if pool.expires > now and pool.balance >= increment then
+    pool.balance = pool.balance - increment
+    return _M.PAID, max(0, pool.debt - (now - pool.at))
+  end
+  if pool.refilling then
+    return _M.SINGLE, 0
+  end
+  pool.refilling = true
+  return _M.REFILL, 0
+end
+
+--- How the request that took `role` for `key` ended (see sluice/hotkeys.py).
+function Leases:settle(key, role, increment, admitted, granted, debt, now, lease_us)
+  local pool = self.pools[key]
+  if pool == nil or role == _M.SINGLE then
+    return
+  end
+  if role == _M.PAID then
+    if not admitted then
+      pool.balance = pool.balance + increment -- a rejected request consumes nothing
+    end
+    return
+  end
+  pool.refilling = false
+  if admitted and granted and granted > 0 then
+    pool.balance = (granted - 1) * increment
+    pool.expires, pool.debt, pool.at = now + lease_us, debt, now
+  end
+end
+
+function Leases:forget(now)
+  for key, pool in pairs(self.pools) do
+    if not pool.refilling and (pool.expires <= now or pool.balance == 0) then
+      self.pools[key], self.count = nil, self.count - 1
+    end
+  end
+end
+
 -- In-process buckets and slots (the open and local modes) ----------------------------
 
 local LocalBuckets = {}

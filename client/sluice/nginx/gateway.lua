@@ -141,6 +141,7 @@ function Gateway:reset_state()
   self.breaker = failure.breaker(options.breaker)
   self.local_buckets = failure.local_buckets(self.gateways)
   self.local_slots = failure.local_slots(self.gateways)
+  self.leases = failure.leases()
 end
 
 function Gateway:install(engines)
@@ -342,17 +343,40 @@ function Gateway:cached_rejection(engine, prepared, reply)
   return answer.conclude(engine, prepared, plan, statuses, false, self:store_time())
 end
 
-function Gateway:decide_hot(engine, prepared)
+--- Spend leased tokens; the decision when Redis is not needed, else nil and the call.
+function Gateway:hot_begin(engine, prepared, now)
   local plan = prepared.plan
+  local roles, debts, all_paid = {}, {}, true
+  for i, p in ipairs(plan.limits) do
+    local role, debt = false, 0
+    if p.lease > 0 then
+      role, debt = self.leases:take(prepared.keys[i], p.increment, now)
+    end
+    roles[i], debts[i] = role, debt
+    all_paid = all_paid and role == failure.PAID
+  end
+  if #prepared.slots == 0 and all_paid then
+    local reply = { 1 }
+    for i = 1, #plan.limits do
+      reply[#reply + 1] = 1
+      reply[#reply + 1] = debts[i]
+    end
+    return answer.decision(engine, prepared, plan, reply, self:store_time())
+  end
   self.counter = self.counter + 1
   local member = self.prefix .. self.counter
   local args = { member, tostring(#plan.limits) }
-  for i = 1, #plan.limits do
-    local base = 3 * (i - 1)
+  for i, p in ipairs(plan.limits) do
+    local base, want = 3 * (i - 1), "1"
+    if roles[i] == failure.PAID then
+      want = "0"
+    elseif roles[i] == failure.REFILL then
+      want = tostring(p.lease)
+    end
     args[#args + 1] = plan.args[base + 1]
     args[#args + 1] = plan.args[base + 2]
     args[#args + 1] = plan.args[base + 3]
-    args[#args + 1] = "1"
+    args[#args + 1] = want
   end
   for _, slot in ipairs(plan.slots) do
     args[#args + 1] = slot.args[1]
@@ -363,11 +387,35 @@ function Gateway:decide_hot(engine, prepared)
   for _, key in ipairs(prepared.slots) do
     called[#called + 1] = key
   end
-  local reply, err = self.redis:run(self.scripts.hot, called, args)
+  return nil, { keys = called, args = args, roles = roles, member = member }
+end
+
+function Gateway:settle_leases(prepared, call, reply, admitted, now)
+  for i, p in ipairs(prepared.plan.limits) do
+    local role = call.roles[i]
+    if role then
+      local granted, debt
+      if reply then
+        granted, debt = reply[3 * i + 1], reply[3 * i]
+      end
+      self.leases:settle(prepared.keys[i], role, p.increment, admitted, granted, debt, now,
+        p.lease_us)
+    end
+  end
+end
+
+function Gateway:decide_hot(engine, prepared)
+  local plan = prepared.plan
+  local decided, call = self:hot_begin(engine, prepared, now_us())
+  if decided then
+    return decided
+  end
+  local reply, err = self.redis:run(self.scripts.hot, call.keys, call.args)
   if not reply then
     self.breaker:failed(err)
+    self:settle_leases(prepared, call, nil, false, now_us())
     if #prepared.slots > 0 then -- sent, so it may have run: release later
-      ngx.timer.at(1, release, self, { keys = prepared.slots, member = member })
+      ngx.timer.at(1, release, self, { keys = prepared.slots, member = call.member })
     end
     return self:failover(engine, prepared, err)
   end
@@ -375,6 +423,7 @@ function Gateway:decide_hot(engine, prepared)
   local admitted = reply[1] == 1
   local offset = 2 + 3 * #plan.limits
   local now = now_us()
+  self:settle_leases(prepared, call, reply, admitted, now)
   self.rejections:remember(plan, prepared.keys, reply, now, 3)
   if not admitted then
     self.rejections:remember_slots(prepared.slots, reply, offset)
@@ -391,7 +440,7 @@ function Gateway:decide_hot(engine, prepared)
       end
     end
     if #taken > 0 then
-      decision.held = { keys = taken, member = member }
+      decision.held = { keys = taken, member = call.member }
     end
   end
   return decision

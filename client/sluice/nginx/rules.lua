@@ -212,11 +212,13 @@ local function limit_plan(policy, limit, cost, share)
     window = ceil(capacity / MICROS),
     shadow = limit.shadow,
     shards = shards,
+    lease = limit.lease > 0 and max(1, floor(limit.lease / cost)) or 0, -- requests' worth
+    lease_us = limit.lease > 0 and limit.lease_ms * 1000 or 0,
   }
 end
 
 local function compile(policy, cost, share)
-  local limits, args, counts_tenant, sharded = {}, {}, false, false
+  local limits, args, counts_tenant, sharded, leased = {}, {}, false, false, false
   for i, limit in ipairs(policy.limits) do
     local plan = limit_plan(policy, limit, limit.cost or cost, share)
     limits[i] = plan
@@ -225,6 +227,7 @@ local function compile(policy, cost, share)
     args[#args + 1] = limit.shadow and "1" or "0"
     counts_tenant = counts_tenant or limit.dimension == "tenant"
     sharded = sharded or limit.shards > 1
+    leased = leased or plan.lease > 0
   end
   local slots = {}
   for i, cap in ipairs(policy.concurrency) do
@@ -249,7 +252,7 @@ local function compile(policy, cost, share)
     counts_tenant = counts_tenant,
     sharded = sharded,
     slots = slots,
-    hot = #slots > 0,
+    hot = #slots > 0 or leased, -- decided by hot.lua (sluice/hot.py)
   }
 end
 
@@ -267,6 +270,7 @@ local function policy_of(raw)
       shadow = l.shadow == true,
       shards = value(l.shards) or 1,
       lease = value(l.lease) or 0,
+      lease_ms = value(l.lease_ms) or 1000,
     }
     if not PERIODS[l.period] or l.rate < 1 or l.burst < 1 then
       error("bad limit in " .. raw.scope .. "/" .. raw.route)
