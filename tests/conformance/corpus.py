@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ import redis
 from sluice import Bundle, Snapshot
 from sluice.bucket import SCRIPT
 from sluice.identity import TrustedProxies
+from sluice.quota import Dimension, Limit
 from sluice.rules import Rules
 from sluice.scripts import CHARGE, HOT, RELEASE
 from sluice.service.request import HeaderNames, from_headers
@@ -90,8 +91,42 @@ def snapshot() -> Snapshot:
     return Snapshot.from_bytes(built.to_bytes())
 
 
+#: the scheduled version every implementation rehearses beside the active one
+SCHEDULED_VERSION = VERSION + 1
+SCHEDULED_AT = datetime(2099, 1, 1, tzinfo=UTC)
+
+
+def scheduled() -> Snapshot:
+    """The version scheduled after the corpus' (never in force: 2099), which
+    every gateway rehearses (``docs/rehearsal.md``): tier free's search burst
+    down to 1 (its own buckets, flag "2"); an IP limit added to tier pro's
+    search (the tenant bucket shared, flag "3"); reports.run's burst down to 40
+    (rehearsed in hot.lua's call)."""
+    active = snapshot()
+    policies = []
+    for policy in active.rules.policies:
+        key = (policy.scope, policy.route, policy.is_override)
+        if key == ("tier:free", "search", False):
+            policy = replace(policy, limits=(replace(policy.limits[0], burst=1),))
+        elif key == ("tier:pro", "search", False):
+            added = Limit(Dimension.IP, 100, 3600, 2)
+            policy = replace(policy, limits=(*policy.limits, added))
+        elif key == ("default", "reports.run", False):
+            policy = replace(policy, limits=(replace(policy.limits[0], burst=40),))
+        policies.append(policy)
+    built = Snapshot.build(
+        version=SCHEDULED_VERSION,
+        parent=VERSION,
+        published_at=PUBLISHED,
+        effective_at=SCHEDULED_AT,
+        rules=replace(active.rules, policies=tuple(policies)),
+    )
+    return Snapshot.from_bytes(built.to_bytes())
+
+
 def bundle() -> Bundle:
-    return Bundle(snapshot())
+    """What the control plane serves: the active version and the scheduled one."""
+    return Bundle(snapshot(), (scheduled(),))
 
 
 def scenarios() -> list[dict[str, Any]]:
@@ -377,7 +412,7 @@ def reset(client: redis.Redis, scenario: dict[str, Any]) -> None:
 # -- decision events -----------------------------------------------------------
 
 
-def event_key(event: dict[str, Any]) -> tuple[str, str, str, int, str, str]:
+def event_key(event: dict[str, Any]) -> tuple[Any, ...]:
     return (
         event["tenant"],
         event["route"],
@@ -385,28 +420,40 @@ def event_key(event: dict[str, Any]) -> tuple[str, str, str, int, str, str]:
         event["version"],
         event["outcome"],
         event["limit"],
+        tuple(event["rehearsed"]) if event["rehearsed"] else None,
     )
 
 
 def expected_events(scenarios: Iterable[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
-    """Decision events the corpus' steps make, counted by what they say."""
-    return Counter(
-        event_key(step["expect"]["event"])
-        for scenario in scenarios
-        for step in scenario["steps"]
-    )
+    """Decision events the corpus' steps make, counted by what they say, and their
+    rehearsals: ``("rehearsal", tenant, route, version, rejected)``."""
+    counts: Counter[tuple[Any, ...]] = Counter()
+    for scenario in scenarios:
+        for step in scenario["steps"]:
+            event = step["expect"]["event"]
+            counts[event_key(event)[:6]] += 1
+            if event["rehearsed"]:
+                version, rejected = event["rehearsed"]
+                key = ("rehearsal", event["tenant"], event["route"], version, rejected)
+                counts[key] += 1
+    return counts
 
 
 def stream_events(
     client: redis.Redis, stream: str = "sluice:decisions"
 ) -> Counter[tuple[Any, ...]]:
-    """Decision events written to ``stream`` (``sluice.metrics`` format), counted."""
+    """Decision events written to ``stream`` (``sluice.metrics`` format), counted
+    as :func:`expected_events` counts them."""
     counts: Counter[tuple[Any, ...]] = Counter()
     for _, fields in client.xrange(stream):
         for record in json.loads(fields[b"events"]):
             _, tenant, route, policy, version, outcome, limit, n = record
             counts[(tenant, route, policy, version, outcome, limit)] += n
-    return counts
+        for record in json.loads(fields.get(b"rehearsals", b"[]")):
+            _, tenant, route, version, requests, rejected = record
+            counts[("rehearsal", tenant, route, version, True)] += rejected
+            counts[("rehearsal", tenant, route, version, False)] += requests - rejected
+    return +counts
 
 
 def wait_events(

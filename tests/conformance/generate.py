@@ -62,6 +62,8 @@ def generate(redis_url: str) -> dict[str, Any]:
         "about": ABOUT,
         "version": corpus.VERSION,
         "snapshot_hash": corpus.snapshot().hash,
+        "scheduled_version": corpus.SCHEDULED_VERSION,
+        "scheduled_hash": corpus.scheduled().hash,
         "tolerance_seconds": corpus.TOLERANCE,
         "scenarios": recorded,
     }
@@ -73,13 +75,15 @@ def scenario_keys(scenario: dict[str, Any], engine: Engine) -> set[str]:
         arguments = step["arguments"]
         prepared = engine.prepare(now=time.time(), **arguments)
         keys.update(corpus.normal_key(k) for k in prepared.keys)
+        if prepared.rehearsal is not None:
+            keys.update(corpus.normal_key(k) for k in prepared.rehearsal.keys)
         keys.update(prepared.slots)
     return keys
 
 
 def check_disjoint(recorded: list[dict[str, Any]]) -> None:
     """Every scenario uses keys of its own (a gateway process keeps state by key)."""
-    engine = Engine(corpus.snapshot())
+    engine = Engine(corpus.snapshot(), rehearse=corpus.scheduled())
     keys = {s["name"]: scenario_keys(s, engine) for s in recorded}
     for (one, a), (other, b) in itertools.combinations(keys.items(), 2):
         if a & b:

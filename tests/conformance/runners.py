@@ -74,6 +74,7 @@ def decision_event(arguments: dict[str, Any], decision: Decision) -> dict[str, A
         "version": decision.snapshot_version,
         "outcome": decision.outcome.value,
         "limit": decision.deciding.name if limited and decision.deciding else "",
+        "rehearsed": list(decision.rehearsed) if decision.rehearsed else None,
     }
 
 
@@ -109,7 +110,7 @@ class PythonClient:
         url = redis_url or self.redis_url
         self.release = bool(scenario.get("release"))
         if self._loop is None:
-            self._limiter = Limiter(url, corpus.snapshot(), timeout=REDIS_TIMEOUT)
+            self._limiter = Limiter(url, corpus.bundle(), timeout=REDIS_TIMEOUT)
         else:
             client = connect_async(url, timeout=REDIS_TIMEOUT)
             self._limiter = self._loop.run_until_complete(_async_limiter(client))
@@ -145,7 +146,7 @@ class PythonClient:
 
 async def _async_limiter(client: Any) -> AsyncLimiter:
     """Made inside the loop: its pipelining binds to the running loop."""
-    return AsyncLimiter(client, corpus.snapshot())
+    return AsyncLimiter(client, corpus.bundle())
 
 
 def run_corpus(

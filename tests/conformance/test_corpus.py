@@ -25,6 +25,8 @@ def corpus_problems(document: dict[str, Any]) -> list[str]:
     problems = []
     if document["snapshot_hash"] != corpus.snapshot().hash:
         problems.append("the snapshot of rules.json changed")
+    if document["scheduled_hash"] != corpus.scheduled().hash:
+        problems.append("the scheduled snapshot changed")
     checked_in = {s["name"]: s for s in corpus.corpus()}
     fresh = {s["name"]: s for s in document["scenarios"]}
     if set(checked_in) != set(fresh):

@@ -105,6 +105,10 @@ def test_nginx_module__polls__token_etag_304_and_the_fleet_report(
     conditional = [r for r in later if "If-None-Match" in r]
     assert {r["If-None-Match"] for r in conditional} == {rules_server.etag}
     assert {r["Sluice-Applied-Version"] for r in conditional} == {str(corpus.VERSION)}
+    # and the scheduled version it rehearses
+    assert {r["Sluice-Rehearsed-Version"] for r in conditional} == {
+        str(corpus.SCHEDULED_VERSION)
+    }
 
 
 def test_nginx_module__restarted_with_the_control_plane_down__enforces_the_last_good_rules(

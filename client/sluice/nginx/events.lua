@@ -27,7 +27,7 @@ function _M.new(store, options)
     maxlen = options.maxlen or 100000,
     timeout = options.timeout or 1000,
     buffer = {},
-    retry = {}, retry_events = 0,
+    retry = {}, retry_events = 0, retry_rehearsals = {},
     dropped = 0, reported = 0, written = 0,
   }, Events)
 end
@@ -47,13 +47,35 @@ function Events:add(tenant, decision)
     floor(decision.at > 0 and decision.at or ngx.now()),
     tenant or "", decision.route or "", decision.policy.ref,
     decision.version, decision.outcome, limit,
+    decision.rehearsed or false, -- {version, rejected}: what a scheduled version said
   }
+end
+
+--- Rehearsal records: per second, tenant, route and rehearsed version, the requests
+--- that rehearsed it and those it would have rejected.
+local function count_rehearsals(events, records)
+  local counts = {}
+  for _, e in ipairs(events) do
+    local rehearsed = e[8]
+    if rehearsed then
+      local key = table.concat({ e[1], e[2], e[3], rehearsed[1] }, "\0")
+      local record = counts[key]
+      if record == nil then
+        record = { e[1] * 1000, e[2], e[3], rehearsed[1], 0, 0 }
+        counts[key] = record
+        records[#records + 1] = record
+      end
+      record[5] = record[5] + 1
+      record[6] = record[6] + (rehearsed[2] and 1 or 0)
+    end
+  end
+  return records
 end
 
 local function count(events)
   local counts, records = {}, {}
   for _, e in ipairs(events) do
-    local key = table.concat(e, "\0")
+    local key = table.concat(e, "\0", 1, 7)
     local record = counts[key]
     if record then
       record[8] = record[8] + 1
@@ -76,7 +98,8 @@ end
 --- Write what is held now; keep it for the next flush if Redis fails.
 function Events:flush()
   local events = self.buffer
-  if #events == 0 and #self.retry == 0 and self.dropped == self.reported then
+  if #events == 0 and #self.retry == 0 and #self.retry_rehearsals == 0
+    and self.dropped == self.reported then
     return
   end
   self.buffer = {}
@@ -84,17 +107,24 @@ function Events:flush()
   for _, record in ipairs(count(events)) do
     records[#records + 1] = record
   end
+  local rehearsals = count_rehearsals(events, self.retry_rehearsals)
   local held = self.retry_events + #events
   local dropped = self.dropped
   local commands = {}
-  for first = 1, math.max(#records, 1), self.batch do
-    local chunk = { unpack(records, first, math.min(#records, first + self.batch - 1)) }
-    commands[#commands + 1] = {
+  local entries = math.max(math.ceil(#records / self.batch), math.ceil(#rehearsals / self.batch), 1)
+  for index = 0, entries - 1 do
+    local first, last = index * self.batch + 1, (index + 1) * self.batch
+    local command = {
       "xadd", self.stream, "MAXLEN", "~", self.maxlen, "*",
       "v", "1", "gw", self.gateway_id,
-      "dropped", first == 1 and (dropped - self.reported) or 0,
-      "events", json(chunk),
+      "dropped", index == 0 and (dropped - self.reported) or 0,
+      "events", json({ unpack(records, first, math.min(#records, last)) }),
     }
+    if first <= #rehearsals then
+      command[#command + 1] = "rehearsals"
+      command[#command + 1] = json({ unpack(rehearsals, first, math.min(#rehearsals, last)) })
+    end
+    commands[#commands + 1] = command
   end
   local ok, err = self.store:pipeline(commands, self.timeout)
   if not ok then
@@ -102,10 +132,10 @@ function Events:flush()
       ngx.log(ngx.WARN, "sluice: decision_events.flush_failed: ", held,
         " events kept for a retry: ", err)
     end
-    self.retry, self.retry_events = records, held
+    self.retry, self.retry_events, self.retry_rehearsals = records, held, rehearsals
     return
   end
-  self.retry, self.retry_events = {}, 0
+  self.retry, self.retry_events, self.retry_rehearsals = {}, 0, {}
   self.reported = dropped
   self.written = self.written + held
 end

@@ -107,6 +107,10 @@ function Gateway:start()
     self.source = source.new(options, function(document)
       self:install(rules.bundle(document, options))
     end)
+    self.source.rehearsing = function() -- the version it rehearses, for the fleet report
+      local upcoming = rules.upcoming(self.engines, ngx.now())
+      return upcoming and upcoming.version
+    end
     if not self.source:load() then
       ngx.log(ngx.NOTICE, "sluice: no last good rules: the built-in strict ones apply")
     end
@@ -152,14 +156,16 @@ function Gateway:install(engines)
   ngx.log(ngx.NOTICE, "sluice: snapshot.applied: version ", engines[1].version)
 end
 
---- The engine in force; the reject cache is emptied when it changes.
+--- The engine in force and the next scheduled one (rehearsed beside it, or nil);
+--- the reject cache is emptied when the one in force changes.
 function Gateway:engine()
-  local engine = rules.in_force(self.engines, ngx.now())
+  local now = ngx.now()
+  local engine = rules.in_force(self.engines, now)
   if engine ~= self.current then
     self.current = engine
     self.rejections:clear() -- remembered debts were judged by the old numbers
   end
-  return engine
+  return engine, rules.upcoming(self.engines, now)
 end
 
 -- The request ------------------------------------------------------------------------
@@ -214,8 +220,8 @@ end
 --- Decide the request in access_by_lua; answer 429 / 503 here, or let it through.
 function Gateway:access(given)
   local who = _M.identity(given or {})
-  local engine = self:engine()
-  local prepared = engine:prepare(who, ngx.now())
+  local engine, upcoming = self:engine()
+  local prepared = engine:prepare(who, ngx.now(), upcoming)
   local decision = self:decide(engine, prepared)
   if self.events then
     self.events:add(who.tenant, decision)
@@ -314,14 +320,27 @@ function Gateway:decide(engine, prepared)
   if plan.hot then
     return self:decide_hot(engine, prepared)
   end
-  local reply, err = self.redis:run(self.scripts.token_bucket, prepared.keys, plan.args)
+  local rehearsal = prepared.rehearsal
+  local called, args = prepared.keys, plan.args
+  if rehearsal then -- the same call: one round trip, one slot
+    called = { unpack(prepared.keys) }
+    for _, key in ipairs(rehearsal.keys) do
+      called[#called + 1] = key
+    end
+    args = rehearsal.plan.args
+  end
+  local reply, err = self.redis:run(self.scripts.token_bucket, called, args)
   if not reply then
     breaker:failed(err)
     return self:failover(engine, prepared, err)
   end
   breaker:succeeded()
   self.rejections:remember(plan, prepared.keys, reply, now_us(), 2)
-  return answer.decision(engine, prepared, plan, reply, self:observe(reply[#reply]))
+  local decision = answer.decision(engine, prepared, plan, reply, self:observe(reply[#reply]))
+  if rehearsal then
+    decision.rehearsed = rules.rehearsed(rehearsal.plan, reply, 2)
+  end
+  return decision
 end
 
 function Gateway:cached_rejection(engine, prepared, reply)
@@ -365,17 +384,20 @@ function Gateway:hot_begin(engine, prepared, now)
   end
   self.counter = self.counter + 1
   local member = self.prefix .. self.counter
-  local args = { member, tostring(#plan.limits) }
-  for i, p in ipairs(plan.limits) do
-    local base, want = 3 * (i - 1), "1"
+  local rehearsal = prepared.rehearsal -- never with leases: roles are all false then
+  local buckets = rehearsal and rehearsal.plan.args or plan.args
+  local count = #buckets / 3
+  local args = { member, tostring(count) }
+  for i = 1, count do
+    local base, want, p = 3 * (i - 1), "1", plan.limits[i]
     if roles[i] == failure.PAID then
       want = "0"
     elseif roles[i] == failure.REFILL then
       want = tostring(p.lease)
     end
-    args[#args + 1] = plan.args[base + 1]
-    args[#args + 1] = plan.args[base + 2]
-    args[#args + 1] = plan.args[base + 3]
+    args[#args + 1] = buckets[base + 1]
+    args[#args + 1] = buckets[base + 2]
+    args[#args + 1] = buckets[base + 3]
     args[#args + 1] = want
   end
   for _, slot in ipairs(plan.slots) do
@@ -384,6 +406,9 @@ function Gateway:hot_begin(engine, prepared, now)
     args[#args + 1] = slot.args[3]
   end
   local called = { unpack(prepared.keys) }
+  for _, key in ipairs(rehearsal and rehearsal.keys or {}) do
+    called[#called + 1] = key
+  end
   for _, key in ipairs(prepared.slots) do
     called[#called + 1] = key
   end
@@ -421,7 +446,7 @@ function Gateway:decide_hot(engine, prepared)
   end
   self.breaker:succeeded()
   local admitted = reply[1] == 1
-  local offset = 2 + 3 * #plan.limits
+  local offset = 2 + 3 * (#call.keys - #prepared.slots) -- rehearsed buckets too
   local now = now_us()
   self:settle_leases(prepared, call, reply, admitted, now)
   self.rejections:remember(plan, prepared.keys, reply, now, 3)
@@ -432,6 +457,9 @@ function Gateway:decide_hot(engine, prepared)
   answer.slot_statuses(plan, prepared.slots, reply, offset, statuses)
   local at = self:observe(reply[#reply])
   local decision = answer.conclude(engine, prepared, plan, statuses, admitted, at)
+  if prepared.rehearsal then
+    decision.rehearsed = rules.rehearsed(prepared.rehearsal.plan, reply, 3)
+  end
   if admitted then
     local taken = {}
     for i, key in ipairs(prepared.slots) do

@@ -253,6 +253,7 @@ local function compile(policy, cost, share)
     sharded = sharded,
     slots = slots,
     hot = #slots > 0 or leased, -- decided by hot.lua (sluice/hot.py)
+    rehearsals = setmetatable({}, { __mode = "k" }), -- scheduled plan -> rehearsal
   }
 end
 
@@ -411,23 +412,139 @@ function Engine:plan(policy, cost, share)
   return plan
 end
 
+-- Rehearsal (sluice/rehearsal.py) ------------------------------------------------------
+
+local function bucket_id(p)
+  return p.middle .. p.suffix .. "|" .. p.increment .. "|" .. p.capacity
+end
+
+local function same_buckets(active, scheduled)
+  if #active.args ~= #scheduled.args or #active.limits ~= #scheduled.limits then
+    return false
+  end
+  for i, arg in ipairs(active.args) do
+    if scheduled.args[i] ~= arg then
+      return false
+    end
+  end
+  for i, p in ipairs(active.limits) do
+    local q = scheduled.limits[i]
+    if p.middle .. p.suffix ~= q.middle .. q.suffix then
+      return false
+    end
+  end
+  return true
+end
+
+--- The rehearsal of `scheduled` beside `active` (plans), or false when there is nothing
+--- to rehearse: the same buckets, an active plan with leases, no enforced limit.
+local function rehearsal_plan(active, scheduled, version)
+  for _, p in ipairs(active.limits) do
+    if p.lease > 0 then
+      return false
+    end
+  end
+  if same_buckets(active, scheduled) then
+    return false
+  end
+  local wanted = {}
+  for _, p in ipairs(scheduled.limits) do
+    if not p.shadow then
+      wanted[#wanted + 1] = p
+    end
+  end
+  if #wanted == 0 then
+    return false
+  end
+  local enforced = {}
+  for i, p in ipairs(active.limits) do
+    if not p.shadow then
+      enforced[bucket_id(p)] = i - 1
+    end
+  end
+  local shared, limits = {}, {}
+  for _, p in ipairs(wanted) do
+    local index = enforced[bucket_id(p)]
+    if index then
+      shared[#shared + 1] = index
+    else
+      limits[#limits + 1] = p
+    end
+  end
+  local args = { unpack(active.args) }
+  for _, index in ipairs(shared) do
+    args[3 * index + 3] = "3" -- an enforced limit the rehearsed version shares
+  end
+  local reads = {}
+  for i, p in ipairs(limits) do
+    args[#args + 1] = string.format("%d", p.increment)
+    args[#args + 1] = string.format("%d", p.capacity)
+    args[#args + 1] = "2" -- a rehearsed limit: never rejects
+    reads[#reads + 1] = #active.limits + i - 1
+  end
+  for _, index in ipairs(shared) do
+    reads[#reads + 1] = index
+  end
+  return { version = version, limits = limits, args = args, reads = reads }
+end
+
+--- What the rehearsed version said in a reply (`step` values per bucket).
+function _M.rehearsed(plan, reply, step)
+  for _, index in ipairs(plan.reads) do
+    if reply[2 + step * index] ~= 1 then
+      return { plan.version, true }
+    end
+  end
+  return { plan.version, false }
+end
+
+local function rehearsal_of(active, upcoming, scheduled)
+  local cache = active.rehearsals
+  local found = cache[scheduled]
+  if found == nil then
+    found = rehearsal_plan(active, scheduled, upcoming.version)
+    cache[scheduled] = found
+  end
+  return found
+end
+
+local function key_of(owner, p, who, tail)
+  local key = owner .. p.middle .. keys.subject(p.dimension, who) .. p.suffix .. tail
+  if p.shards > 1 then
+    key = key .. ":s" .. floor(math.random() * p.shards)
+  end
+  return key
+end
+
 --- A request resolved and keyed. `who`: method, path, tenant, user, api_key, ip, cost.
-function Engine:prepare(who, now)
+--- `upcoming`: the engine of the next scheduled version, rehearsed beside this one.
+function Engine:prepare(who, now, upcoming)
   local route = self:match(who.method, who.path)
   local policy = self:resolve(who.tenant, route, now)
-  local cost = route and route.cost or 1
-  if who.cost then
-    cost = who.cost
-  end
+  local route_cost = route and route.cost or 1
+  local cost = who.cost or route_cost
   local plan = self:plan(policy, cost, 1)
   local owner = "rl:{" .. keys.owner(who, plan.counts_tenant)
   local bucket_keys = {}
   for i, p in ipairs(plan.limits) do
-    local key = owner .. p.middle .. keys.subject(p.dimension, who) .. p.suffix
-    if p.shards > 1 then
-      key = key .. ":s" .. floor(math.random() * p.shards)
+    bucket_keys[i] = key_of(owner, p, who, "")
+  end
+  local rehearsal
+  if upcoming then -- at its own route cost, unless the request named another cost
+    local later_route = route and upcoming.routes[route.slug] or nil
+    local later = upcoming:resolve(who.tenant, later_route, now)
+    local later_cost = later_route and later_route.cost or 1
+    if who.cost and who.cost ~= route_cost then
+      later_cost = who.cost
     end
-    bucket_keys[i] = key
+    local found = rehearsal_of(plan, upcoming, upcoming:plan(later, later_cost, 1))
+    if found then
+      local tail, rehearsal_keys = ":r" .. found.version, {}
+      for i, p in ipairs(found.limits) do
+        rehearsal_keys[i] = key_of(owner, p, who, tail)
+      end
+      rehearsal = { plan = found, keys = rehearsal_keys }
+    end
   end
   local slot_keys = {}
   for i, s in ipairs(plan.slots) do
@@ -436,6 +553,7 @@ function Engine:prepare(who, now)
   return {
     plan = plan,
     keys = bucket_keys,
+    rehearsal = rehearsal,
     slots = slot_keys,
     route = route and route.slug or nil,
     failure_mode = route and route.failure_mode or self.unmatched,
@@ -464,6 +582,16 @@ function _M.bundle(document, options)
   end)
   table.insert(engines, 1, active)
   return engines
+end
+
+--- The next scheduled engine after `now`, which gateways rehearse; nil when none.
+function _M.upcoming(engines, now)
+  for i = 2, #engines do
+    if engines[i].effective > now then
+      return engines[i]
+    end
+  end
+  return nil
 end
 
 --- The engine in force at `now`: the latest scheduled one already effective, else the active.

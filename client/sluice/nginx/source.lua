@@ -57,6 +57,10 @@ function Source:headers()
   if self.applied and self.applied > 0 then
     lines[#lines + 1] = "Sluice-Applied-Version: " .. self.applied
   end
+  local rehearsed = self.rehearsing and self.rehearsing()
+  if rehearsed then
+    lines[#lines + 1] = "Sluice-Rehearsed-Version: " .. rehearsed
+  end
   if self.rejected then
     lines[#lines + 1] = "Sluice-Rejected-Version: " .. self.rejected[1]
     lines[#lines + 1] = "Sluice-Rejected-Reason: "
