@@ -165,9 +165,10 @@ function _M.github_fields(decision)
   return best.quota, best.remaining, ceil(at + best.reset)
 end
 
---- Whole seconds to wait, rounded up, at least 1.
-function _M.retry_after_seconds(decision)
-  return max(1, ceil(decision.retry_after or 0))
+--- Whole seconds to wait, rounded up, at least 1, plus up to `jitter` seconds
+--- (clients rejected together do not all come back in the same second).
+function _M.retry_after_seconds(decision, jitter)
+  return max(1, ceil((decision.retry_after or 0) + (jitter or 0) * math.random()))
 end
 
 local function json_list(names)

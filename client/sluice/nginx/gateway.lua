@@ -247,7 +247,7 @@ local function set_github(fields)
 end
 
 function Gateway:reject(decision)
-  local seconds = answer.retry_after_seconds(decision)
+  local seconds = answer.retry_after_seconds(decision, self.options.retry_jitter)
   local body = answer.problem(decision, seconds)
   ngx.status = decision.status
   ngx.header["Content-Type"] = "application/problem+json"
