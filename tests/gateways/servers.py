@@ -401,11 +401,13 @@ def nginx_module(
     poll_interval: float = 0.2,
     cache: Path | None = None,
     redis_timeout_ms: int | None = None,
+    options: str = "",
 ) -> Process:
     """nginx enforcing with Sluice's Lua module (``docs/gateways/nginx-module.conf``):
     the client package's Lua files from this checkout, decision events to
     ``events_redis`` when given (else the buckets' Redis), the last good rules in
-    ``cache`` (a folder; a new one by default)."""
+    ``cache`` (a folder; a new one by default); ``options``: more of the module's
+    options, as Lua table fields (``github_headers = true,``)."""
     prefix = workdir / f"nginx-module-{port}"
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     config = render(
@@ -433,9 +435,9 @@ def nginx_module(
         'cache = "sluice-rules.json"', f'cache = "{cache}/sluice-rules.json"'
     )
     if events_redis is not None:
-        text = text.replace(
-            "gateways = 4,", f'gateways = 4, events_redis = "127.0.0.1:{events_redis}",'
-        )
+        options += f' events_redis = "127.0.0.1:{events_redis}",'
+    if options:  # more of the module's options (Lua table fields)
+        text = text.replace("gateways = 4,", f"gateways = 4, {options}")
     config.write_text(text)
     command = [binary("nginx"), "-p", str(prefix), "-e", "stderr", "-c", str(config)]
     env = {**os.environ, "SLUICE_GATEWAY_TOKEN": token}

@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -391,3 +392,41 @@ def test_nginx_module__altered_bundle__refused_by_its_hash(start_nginx, rules_se
     assert "hash" in reason
     answer = call(port, "/v1/search", tenant="free-a")
     assert answer.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'
+
+
+def test_nginx_module__github_headers_and_jitter__when_asked(
+    backend, tmp_path, cache_dir, rules_server, redis_server, redis_client
+):
+    # Given nginx asked for X-RateLimit-* and up to 30 s of Retry-After jitter
+    port = free_port()
+    process = servers.nginx_module(
+        tmp_path,
+        port=port,
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=redis_server.port,
+        token=rules_server.token,
+        cache=cache_dir,
+        options="github_headers = true, retry_jitter = 30,",
+    ).start()
+    try:
+        wait_until(
+            lambda: reported(
+                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
+            ),
+            timeout=60,
+            every=0.05,
+            why="the rules to be applied",
+        )
+        # When a tier free tenant searches three times (burst 2, one per 4 h)
+        began = time.time()
+        answers = [call(port, "/v1/search", tenant="free-b") for _ in range(3)]
+    finally:
+        process.stop()
+    # Then the admitted answers carry the deciding limit the GitHub way, reset on
+    # Redis's clock (this machine's), and the 429 waits the limit's time plus jitter
+    first = answers[0].headers
+    assert (first["x-ratelimit-limit"], first["x-ratelimit-remaining"]) == ("2", "1")
+    assert began + 14400 <= int(first["x-ratelimit-reset"]) <= time.time() + 14401
+    assert answers[2].status == 429
+    assert 14400 - 5 <= int(answers[2].headers["retry-after"]) <= 14400 + 30
