@@ -7,16 +7,19 @@
 -- look-ups and string concatenations. tests/conformance/ holds this to the Python
 -- model: the corpus it generates is run against this module in the suite.
 
+local canonical = require "sluice.nginx.canonical"
 local cjson = require "cjson.safe"
 local keys = require "sluice.nginx.keys"
+local plans = require "sluice.nginx.plans"
+local rehearsals = require "sluice.nginx.rehearsal"
+local routing = require "sluice.nginx.routing"
 
 local ceil, floor, max = math.ceil, math.floor, math.max
 local null = cjson.null
 
 local _M = {}
 
-local PERIODS = { [1] = "s", [60] = "min", [3600] = "h", [86400] = "day" }
-local MICROS = 1000000
+local PERIODS = plans.PERIODS
 
 local function value(v)
   if v == null then
@@ -47,215 +50,6 @@ local function epoch(text)
   return days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s)
 end
 _M.epoch = epoch
-
--- Canonical JSON (sluice/canonical.py): sorted keys, no whitespace, integers only,
--- non-ASCII as it is. A decoded empty table is an array or an object by its member's
--- name: the snapshot format's arrays are these.
-local ARRAYS = { policies = true, limits = true, methods = true, concurrency = true, scheduled = true }
-local ESCAPES = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r",
-  ["\t"] = "\\t", ["\b"] = "\\b", ["\f"] = "\\f" }
-
-local function escape(text)
-  return '"' .. text:gsub('[%c"\\]', function(c)
-    return ESCAPES[c] or (c:byte() < 32 and string.format("\\u%04x", c:byte())) or c
-  end) .. '"'
-end
-
-local function canonical(value, name, out)
-  local kind = type(value)
-  if value == null then
-    out[#out + 1] = "null"
-  elseif kind == "boolean" then
-    out[#out + 1] = value and "true" or "false"
-  elseif kind == "number" then
-    if value ~= floor(value) or value ~= value then
-      error("canonical JSON carries integers only")
-    end
-    out[#out + 1] = string.format("%d", value)
-  elseif kind == "string" then
-    out[#out + 1] = escape(value)
-  elseif kind == "table" then
-    if #value > 0 or (next(value) == nil and ARRAYS[name]) then
-      out[#out + 1] = "["
-      for i, item in ipairs(value) do
-        out[#out + 1] = i > 1 and "," or ""
-        canonical(item, name, out)
-      end
-      out[#out + 1] = "]"
-    else
-      local names = {}
-      for key in pairs(value) do
-        names[#names + 1] = key
-      end
-      table.sort(names)
-      out[#out + 1] = "{"
-      for i, key in ipairs(names) do
-        out[#out + 1] = (i > 1 and "," or "") .. escape(key) .. ":"
-        canonical(value[key], key, out)
-      end
-      out[#out + 1] = "}"
-    end
-  else
-    error("not part of the snapshot format: " .. kind)
-  end
-end
-
---- Whether a decoded snapshot's `hash` is the SHA-256 of its canonical document.
-local function verified(snapshot)
-  local claimed = snapshot.hash
-  snapshot.hash = nil
-  local out = {}
-  local ok, err = pcall(canonical, snapshot, nil, out)
-  snapshot.hash = claimed
-  if not ok then
-    error(err)
-  end
-  return keys.sha256_hex(table.concat(out)) == claimed
-end
-
--- Routes ------------------------------------------------------------------------
-
-local function segments_of(pattern)
-  if pattern:sub(1, 1) ~= "/" then
-    error("route path must start with /: " .. pattern)
-  end
-  local segments = {}
-  if pattern == "/" then
-    return segments
-  end
-  for part in (pattern:sub(2) .. "/"):gmatch("([^/]*)/") do
-    if part:match("^{[a-z_][a-z0-9_]*}$") then
-      segments[#segments + 1] = false
-    else
-      segments[#segments + 1] = part
-    end
-  end
-  return segments
-end
-
-local function new_node()
-  return { literals = {}, param = nil, routes = {}, any = false }
-end
-
-local function route_tree(routes)
-  local root = new_node()
-  for slug, route in pairs(routes) do
-    local node = root
-    for _, segment in ipairs(segments_of(route.path)) do
-      if segment == false then
-        node.param = node.param or new_node()
-        node = node.param
-      else
-        local child = node.literals[segment]
-        if not child then
-          child = new_node()
-          node.literals[segment] = child
-        end
-        node = child
-      end
-    end
-    for _, method in ipairs(route.methods) do
-      node.routes[method] = route
-      node.any = true
-    end
-  end
-  return root
-end
-
-local function collect(node, segments, index, leaves)
-  if index > #segments then
-    if node.any then
-      leaves[#leaves + 1] = node
-    end
-    return
-  end
-  local child = node.literals[segments[index]]
-  if child then
-    collect(child, segments, index + 1, leaves)
-  end
-  if node.param then
-    collect(node.param, segments, index + 1, leaves)
-  end
-end
-
--- The path's segments as Python's path.strip("/").split("/") gives them.
-local function path_segments(path)
-  local stripped = path:match("^/*(.-)/*$")
-  local segments = {}
-  if stripped == "" then
-    return segments
-  end
-  for part in (stripped .. "/"):gmatch("([^/]*)/") do
-    segments[#segments + 1] = part
-  end
-  return segments
-end
-
--- Plans -------------------------------------------------------------------------
-
-local function limit_plan(policy, limit, cost, share)
-  local shards = limit.shards
-  local part = share * shards
-  local tick = max(1, ceil(limit.period * MICROS * part / limit.rate))
-  local burst = max(cost, floor(limit.burst / part))
-  local capacity = burst * tick
-  return {
-    limit = limit,
-    dimension = limit.dimension,
-    name = limit.dimension .. "-" .. PERIODS[limit.period],
-    middle = "}:route:" .. policy.route .. ":" .. limit.dimension .. ":",
-    suffix = ":" .. limit.period .. "s",
-    tick = tick,
-    increment = cost * tick,
-    capacity = capacity,
-    quota = floor(capacity / tick) * shards,
-    window = ceil(capacity / MICROS),
-    shadow = limit.shadow,
-    shards = shards,
-    lease = limit.lease > 0 and max(1, floor(limit.lease / cost)) or 0, -- requests' worth
-    lease_us = limit.lease > 0 and limit.lease_ms * 1000 or 0,
-  }
-end
-
-local function compile(policy, cost, share)
-  local limits, args, counts_tenant, sharded, leased = {}, {}, false, false, false
-  for i, limit in ipairs(policy.limits) do
-    local plan = limit_plan(policy, limit, limit.cost or cost, share)
-    limits[i] = plan
-    args[#args + 1] = string.format("%d", plan.increment)
-    args[#args + 1] = string.format("%d", plan.capacity)
-    args[#args + 1] = limit.shadow and "1" or "0"
-    counts_tenant = counts_tenant or limit.dimension == "tenant"
-    sharded = sharded or limit.shards > 1
-    leased = leased or plan.lease > 0
-  end
-  local slots = {}
-  for i, cap in ipairs(policy.concurrency) do
-    slots[i] = {
-      limit = cap,
-      dimension = cap.dimension,
-      name = cap.dimension .. "-concurrent",
-      middle = "}:route:" .. policy.route .. ":" .. cap.dimension .. ":",
-      args = {
-        string.format("%d", cap.max_inflight),
-        string.format("%d", cap.timeout * 1000),
-        cap.shadow and "1" or "0",
-      },
-      shadow = cap.shadow,
-    }
-    counts_tenant = counts_tenant or cap.dimension == "tenant"
-  end
-  return {
-    policy = policy,
-    limits = limits,
-    args = args,
-    counts_tenant = counts_tenant,
-    sharded = sharded,
-    slots = slots,
-    hot = #slots > 0 or leased, -- decided by hot.lua (sluice/hot.py)
-    rehearsals = setmetatable({}, { __mode = "k" }), -- scheduled plan -> rehearsal
-  }
-end
 
 -- Snapshots -----------------------------------------------------------------------
 
@@ -307,7 +101,7 @@ function _M.engine(snapshot, options)
   if snapshot.format ~= 1 or type(snapshot.rules) ~= "table" then
     error("not a format 1 snapshot")
   end
-  if options.verify ~= false and not verified(snapshot) then
+  if options.verify ~= false and not canonical.verified(snapshot) then
     error("hash does not match the document (corrupt or altered)")
   end
   local rules = snapshot.rules
@@ -343,7 +137,7 @@ function _M.engine(snapshot, options)
     effective = epoch(snapshot.effective_at),
     tenants = rules.tenants,
     routes = routes,
-    tree = route_tree(routes),
+    tree = routing.tree(routes),
     index = index,
     unmatched = options.unmatched or "local",
   }, Engine)
@@ -351,18 +145,7 @@ end
 
 --- The route of (method, path), or nil.
 function Engine:match(method, path)
-  local leaves = {}
-  collect(self.tree, path_segments(path), 1, leaves)
-  for _, leaf in ipairs(leaves) do
-    local route = leaf.routes[method]
-    if route == nil and method == "HEAD" then
-      route = leaf.routes.GET
-    end
-    if route then
-      return route
-    end
-  end
-  return nil
+  return routing.match(self.tree, method, path)
 end
 
 --- The most specific live policy for (tenant, route) at `now` (epoch seconds).
@@ -406,106 +189,10 @@ function Engine:plan(policy, cost, share)
   local key = cost .. ":" .. share
   local plan = policy.plans[key]
   if plan == nil then
-    plan = compile(policy, cost, share)
+    plan = plans.compile(policy, cost, share)
     policy.plans[key] = plan
   end
   return plan
-end
-
--- Rehearsal (sluice/rehearsal.py) ------------------------------------------------------
-
-local function bucket_id(p)
-  return p.middle .. p.suffix .. "|" .. p.increment .. "|" .. p.capacity
-end
-
-local function same_buckets(active, scheduled)
-  if #active.args ~= #scheduled.args or #active.limits ~= #scheduled.limits then
-    return false
-  end
-  for i, arg in ipairs(active.args) do
-    if scheduled.args[i] ~= arg then
-      return false
-    end
-  end
-  for i, p in ipairs(active.limits) do
-    local q = scheduled.limits[i]
-    if p.middle .. p.suffix ~= q.middle .. q.suffix then
-      return false
-    end
-  end
-  return true
-end
-
---- The rehearsal of `scheduled` beside `active` (plans), or false when there is nothing
---- to rehearse: the same buckets, an active plan with leases, no enforced limit.
-local function rehearsal_plan(active, scheduled, version)
-  for _, p in ipairs(active.limits) do
-    if p.lease > 0 then
-      return false
-    end
-  end
-  if same_buckets(active, scheduled) then
-    return false
-  end
-  local wanted = {}
-  for _, p in ipairs(scheduled.limits) do
-    if not p.shadow then
-      wanted[#wanted + 1] = p
-    end
-  end
-  if #wanted == 0 then
-    return false
-  end
-  local enforced = {}
-  for i, p in ipairs(active.limits) do
-    if not p.shadow then
-      enforced[bucket_id(p)] = i - 1
-    end
-  end
-  local shared, limits = {}, {}
-  for _, p in ipairs(wanted) do
-    local index = enforced[bucket_id(p)]
-    if index then
-      shared[#shared + 1] = index
-    else
-      limits[#limits + 1] = p
-    end
-  end
-  local args = { unpack(active.args) }
-  for _, index in ipairs(shared) do
-    args[3 * index + 3] = "3" -- an enforced limit the rehearsed version shares
-  end
-  local reads = {}
-  for i, p in ipairs(limits) do
-    args[#args + 1] = string.format("%d", p.increment)
-    args[#args + 1] = string.format("%d", p.capacity)
-    args[#args + 1] = "2" -- a rehearsed limit: never rejects
-    reads[#reads + 1] = #active.limits + i - 1
-  end
-  for _, index in ipairs(shared) do
-    reads[#reads + 1] = index
-  end
-  return { version = version, limits = limits, args = args, reads = reads }
-end
-
---- What the rehearsed version said in a reply (`step` values per bucket).
-function _M.rehearsed(plan, reply, step)
-  for _, index in ipairs(plan.reads) do
-    if reply[2 + step * index] ~= 1 then
-      return { plan.version, true }
-    end
-  end
-  return { plan.version, false }
-end
-
-local function rehearsal_of(active, upcoming, scheduled)
-  local cache = active.rehearsals
-  local found = cache[scheduled]
-  if found == nil then
-    found = rehearsal_plan(active, scheduled, upcoming.version)
-    cache[scheduled] = found
-  end
-  return found
 end
 
 local function key_of(owner, p, who, tail)
@@ -537,7 +224,7 @@ function Engine:prepare(who, now, upcoming)
     if who.cost and who.cost ~= route_cost then
       later_cost = who.cost
     end
-    local found = rehearsal_of(plan, upcoming, upcoming:plan(later, later_cost, 1))
+    local found = rehearsals.of(plan, upcoming, upcoming:plan(later, later_cost, 1))
     if found then
       local tail, rehearsal_keys = ":r" .. found.version, {}
       for i, p in ipairs(found.limits) do
