@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from sluice.engine import Engine
-from tests.conformance import corpus
+from tests.conformance import corpus, observe
 from tests.conformance.runners import PythonClient, run_scenario
 from tests.servers import RedisServer, free_port
 
@@ -36,7 +36,7 @@ ABOUT = (
 def generate(redis_url: str) -> dict[str, Any]:
     """The corpus, recorded with the sync client on the (empty) Redis at ``redis_url``."""
     client = redis.Redis.from_url(redis_url)
-    monitor = corpus.Monitor(client.connection_pool.connection_kwargs["port"])
+    monitor = observe.Monitor(client.connection_pool.connection_kwargs["port"])
     dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: refused at once
     runner = PythonClient(redis_url)
     recorded = []
@@ -74,9 +74,9 @@ def scenario_keys(scenario: dict[str, Any], engine: Engine) -> set[str]:
     for step in scenario["steps"]:
         arguments = step["arguments"]
         prepared = engine.prepare(now=time.time(), **arguments)
-        keys.update(corpus.normal_key(k) for k in prepared.keys)
+        keys.update(observe.normal_key(k) for k in prepared.keys)
         if prepared.rehearsal is not None:
-            keys.update(corpus.normal_key(k) for k in prepared.rehearsal.keys)
+            keys.update(observe.normal_key(k) for k in prepared.rehearsal.keys)
         keys.update(prepared.slots)
     return keys
 

@@ -20,8 +20,9 @@ from sluice.bucket import connect_async
 from sluice.decision import Decision, Outcome
 from sluice.headers import error_response, rate_limit_headers
 from sluice.validation import policy_ref
-from tests.conformance import corpus
-from tests.conformance.corpus import Answer, Decide, Monitor
+from tests.conformance import corpus, observe
+from tests.conformance.corpus import Answer, Decide
+from tests.conformance.observe import Monitor
 
 #: the Redis timeout of the runners' limiters: generous, so that no decision of
 #: a healthy Redis is degraded by a slow machine (a dead one refuses at once)
@@ -39,7 +40,7 @@ def run_scenario(
     """Each step of ``scenario`` as observed: the request, the arguments, the answer,
     the deciding script calls and the store after it. With ``expected`` steps, the
     store is awaited until it matches (background work such as releases may lag)."""
-    corpus.reset(client, scenario)
+    observe.reset(client, scenario)
     monitor.commands()
     steps = []
     for index, request in enumerate(corpus.expand(scenario)):
@@ -47,9 +48,9 @@ def run_scenario(
         answer = decide(request, arguments)
         calls = monitor.calls()
         if expected is None:
-            found = corpus.store(client)
+            found = observe.store(client)
         else:
-            found = corpus.wait_store(client, expected[index]["expect"]["store"])
+            found = observe.wait_store(client, expected[index]["expect"]["store"])
         steps.append(
             {
                 "request": request,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.conformance import corpus
+from tests.conformance import corpus, observe
 from tests.conformance.generate import generate
 from tests.conformance.runners import PythonClient, run_scenario
 from tests.servers import free_port
@@ -71,7 +71,7 @@ def test_corpus__regenerated__matches_the_checked_in_file(redis_server):
 
 @pytest.fixture
 def monitored(redis_server, redis_client):
-    monitor = corpus.Monitor(redis_server.port)
+    monitor = observe.Monitor(redis_server.port)
     yield redis_client, monitor
     monitor.close()
 

@@ -21,7 +21,7 @@ import redis
 
 from tests.celery_fixtures import wait_until
 from tests.client.protocol_server import ProtocolServer
-from tests.conformance import corpus
+from tests.conformance import corpus, observe
 from tests.conformance.corpus import Answer
 from tests.conformance.runners import run_corpus
 from tests.gateways import servers
@@ -90,8 +90,8 @@ def gateways(redis_server, redis_client, events_redis, backend, tmp_path):
 
 
 @pytest.fixture
-def monitor(redis_server) -> Iterator[corpus.Monitor]:
-    watching = corpus.Monitor(redis_server.port)
+def monitor(redis_server) -> Iterator[observe.Monitor]:
+    watching = observe.Monitor(redis_server.port)
     yield watching
     watching.close()
 

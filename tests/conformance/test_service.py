@@ -22,7 +22,7 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from tests.client.protocol_server import ProtocolServer
-from tests.conformance import corpus
+from tests.conformance import corpus, observe
 from tests.conformance.corpus import Answer
 from tests.conformance.runners import run_corpus
 from tests.gateways import servers
@@ -63,8 +63,8 @@ def services(redis_server, redis_client, events_redis, tmp_path):
 
 
 @pytest.fixture
-def monitor(redis_server) -> Iterator[corpus.Monitor]:
-    watching = corpus.Monitor(redis_server.port)
+def monitor(redis_server) -> Iterator[observe.Monitor]:
+    watching = observe.Monitor(redis_server.port)
     yield watching
     watching.close()
 
