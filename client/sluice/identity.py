@@ -9,6 +9,7 @@ address gives None: such requests share the ``ip:~`` bucket.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 __all__ = ["Identity", "TrustedProxies", "client_ip"]
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_CACHED = 4096  #: addresses whose parse is kept (a gateway sees the same few)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class TrustedProxies:
         return parsed is not None and any(parsed in net for net in self.networks)
 
 
+@functools.lru_cache(maxsize=_CACHED)
 def _parse(address: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     if not address:
         return None
@@ -55,17 +58,21 @@ def _parse(address: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address
     return parsed
 
 
+@functools.lru_cache(maxsize=_CACHED)
+def _normalized(address: str | None) -> str | None:
+    """``address`` as :func:`client_ip` returns it, or None when it is not an IP address."""
+    found = _parse(address)
+    return str(found) if found else None
+
+
 def client_ip(
     peer: str | None, forwarded_for: str | None, trusted: TrustedProxies
 ) -> str | None:
     """Return the client's address, normalized, or None when it cannot be told."""
     if not trusted or peer not in trusted or not forwarded_for:
-        found = _parse(peer)
-        return str(found) if found else None
+        return _normalized(peer)
     hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
     for hop in reversed(hops):
         if hop not in trusted:
-            found = _parse(hop)
-            return str(found) if found else None
-    found = _parse(hops[0]) if hops else None  # every hop is a trusted proxy
-    return str(found) if found else None
+            return _normalized(hop)
+    return _normalized(hops[0]) if hops else None  # every hop is a trusted proxy
