@@ -18,10 +18,12 @@ flood the log.
 
 from __future__ import annotations
 
+import functools
 import logging
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from sluice.identity import TrustedProxies, client_ip
 
@@ -56,9 +58,11 @@ def bad_input(kind: str, detail: str) -> None:
     logger.log(level, "service.bad_input: %s: %s", kind, detail)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One request to decide: the keyword arguments of ``AsyncLimiter.decide``."""
+class Request(NamedTuple):
+    """One request to decide: the keyword arguments of ``AsyncLimiter.decide``.
+
+    A tuple rather than a frozen dataclass: one is built per call.
+    """
 
     route: str | None = None  #: a route slug, when the gateway names it
     #: else the route is matched by method and path; by path alone when None
@@ -72,7 +76,7 @@ class Request:
 
     def arguments(self) -> dict[str, str | int | None]:
         """The keyword arguments of ``decide``."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return dict(self._asdict())
 
 
 _FIELDS = ("route", "method", "path", "tenant", "user", "api_key", "ip")
@@ -166,10 +170,9 @@ def _path(value: str | None) -> str | None:
     return urllib.parse.unquote(path) or "/"
 
 
-@dataclass
-class _Found:
-    values: dict[str, str] = field(default_factory=dict)
-    unknown: list[str] = field(default_factory=list)
+@functools.lru_cache(maxsize=16)
+def _by_key(keys: DescriptorKeys) -> dict[str, str]:
+    return keys.by_key()
 
 
 def from_descriptors(
@@ -187,7 +190,7 @@ def from_descriptors(
     request's, else the largest of the descriptors' own) is the cost; 0 means
     unset, as in Envoy.
     """
-    by_key, found = keys.by_key(), _Found()
+    by_key, values, unknown = _by_key(keys), {}, []
     if len(descriptors) > MAX_DESCRIPTORS:
         bad_input("oversized_request", f"{len(descriptors)} descriptors, first read")
     entries = [e for d in descriptors[:MAX_DESCRIPTORS] for e in d]
@@ -196,14 +199,13 @@ def from_descriptors(
     for key, value in entries[:MAX_ENTRIES]:
         name = by_key.get(key)
         if name is None:
-            found.unknown.append(key)
-        elif name not in found.values and (kept := _value(name, value)):
-            found.values[name] = kept
-    if found.unknown:
-        bad_input("unknown_descriptor_key", ", ".join(sorted(set(found.unknown)))[:200])
-    if "tenant" not in found.values:
+            unknown.append(key)
+        elif name not in values and (kept := _value(name, value)):
+            values[name] = kept
+    if unknown:
+        bad_input("unknown_descriptor_key", ", ".join(sorted(set(unknown)))[:200])
+    if "tenant" not in values:
         bad_input("missing_tenant", "decided as anonymous traffic (the ~ tenant)")
-    values = found.values
     cost = hits_addend or max(descriptor_hits, default=0)
     return Request(
         route=values.get("route"),

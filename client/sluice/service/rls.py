@@ -39,14 +39,14 @@ marker in ``dynamic_metadata``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 from urllib.parse import unquote
 
 import grpc
-from envoy.config.core.v3 import base_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
-from google.protobuf import struct_pb2
+from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.message import DecodeError
 
 from sluice.decision import Decision, LimitStatus, Outcome
@@ -99,6 +99,7 @@ def _slug(route: Route) -> str:
     return route.slug
 
 
+@functools.lru_cache(maxsize=1024)
 def closest_unit(rate: int, period: int) -> tuple[int, int]:
     """``(requests_per_unit, unit)``: ``rate`` per ``period`` s in the nearest Envoy unit."""
     seconds, unit = min(_UNITS, key=lambda u: abs(u[0] - period) / u[0])
@@ -231,11 +232,10 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
         reply = _Response(
             overall_code=_Response.OVER_LIMIT if over else _Response.OK,
             statuses=[self._status(decision, d) for d in descriptors],
-            response_headers_to_add=[
-                base_pb2.HeaderValue(key=name, value=value)
-                for name, value in rendered.headers
-            ],
         )
+        header = reply.response_headers_to_add.add
+        for name, value in rendered.headers:
+            header(key=name, value=value)
         if over:
             reply.raw_body = rendered.body
         if decision.outcome is Outcome.FAIL_CLOSED:
@@ -260,17 +260,18 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
                 code=code, limit_remaining=status.remaining
             )
         per_unit, unit = closest_unit(limit.rate, limit.period)
-        reply = _Response.DescriptorStatus(
+        millis = round(1000 * (status.reset if status.fits else status.retry_after))
+        return _Response.DescriptorStatus(
             code=code,
             current_limit=_Unit(
                 name=status.name, requests_per_unit=per_unit, unit=unit
             ),
             limit_remaining=status.remaining,
+            # Duration.FromMilliseconds, for a duration that is never negative
+            duration_until_reset=duration_pb2.Duration(
+                seconds=millis // 1000, nanos=millis % 1000 * 1_000_000
+            ),
         )
-        reply.duration_until_reset.FromMilliseconds(
-            round(1000 * (status.reset if status.fits else status.retry_after))
-        )
-        return reply
 
     def _status_for(self, decision: Decision, keys: set[str]) -> LimitStatus | None:
         """The tightest advertised limit of a dimension the descriptor names, else the deciding one."""
