@@ -113,13 +113,12 @@ class AsyncLimiter(LimiterCore):
             return await self._decide_hot(engine, prepared, breaker, deadline)
         rehearsal = prepared.rehearsal
         try:
-            async with asyncio.timeout_at(deadline):
-                if rehearsal is None:
-                    reply = await self.bucket(prepared.keys, prepared.plan.args)
-                else:  # the same call: one round trip, one slot
-                    reply = await self.bucket(
-                        prepared.keys + rehearsal.keys, rehearsal.plan.args
-                    )
+            if rehearsal is None:
+                reply = await self.bucket(prepared.keys, prepared.plan.args, deadline)
+            else:  # the same call: one round trip, one slot
+                reply = await self.bucket(
+                    prepared.keys + rehearsal.keys, rehearsal.plan.args, deadline
+                )
         except STORE_ERRORS as exc:
             return self.store_failed(engine, prepared, exc, breaker)
         except TimeoutError:

@@ -190,7 +190,11 @@ class AsyncTokenBucket(AsyncScript):
         super().__init__(client, SCRIPT, pipeline=pipeline)
 
     def __call__(
-        self, keys: Sequence[str], args: Sequence[bytes]
+        self,
+        keys: Sequence[str],
+        args: Sequence[bytes],
+        deadline: float | None = None,
     ) -> Awaitable[list[int]]:
-        """Decide for ``keys``; await the script's reply (see the script's header)."""
-        return super().__call__(keys, args)
+        """Decide for ``keys``; await the script's reply (see the script's header), or
+        ``TimeoutError`` once ``deadline`` (the loop's clock) has passed."""
+        return super().__call__(keys, args, deadline)

@@ -20,11 +20,18 @@ to the lane of the master that holds their hash slot, and a call redirected by
 MOVED or ASK (a slot that moved) is sent again through redis-py, which follows
 the redirection and refreshes its slot map. ``AsyncLimiter(pipelining=False)``
 sends every call on its own through redis-py instead.
+
+Deadlines: a call submitted with a ``deadline`` (the event loop's clock) and
+still unanswered then fails with ``TimeoutError``, as under
+``asyncio.timeout_at``; the calls of a pipeline share one timer
+(:class:`_Deadlines`) instead of one timer and one cancelled task each.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -210,6 +217,48 @@ def _settle(
         call.future.set_result(reply)
 
 
+class _Deadlines:
+    """Fails each pending future still unanswered at its deadline with ``TimeoutError``,
+    with one timer for them all: armed at the earliest deadline, as most calls end
+    long before theirs, it fires about once per deadline's length, not per call."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, asyncio.Future[Any]]] = []
+        self._order = itertools.count()  #: ties never compare futures
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = math.inf  #: when the timer fires
+        self._pruned = _PRUNE  #: entries past which ended calls are dropped at once
+
+    def add(self, deadline: float, future: asyncio.Future[Any]) -> None:
+        heapq.heappush(self._heap, (deadline, next(self._order), future))
+        if len(self._heap) > self._pruned:  # far deadlines: keep only what is pending
+            self._heap = [entry for entry in self._heap if not entry[2].done()]
+            heapq.heapify(self._heap)
+            self._pruned = max(_PRUNE, 2 * len(self._heap))
+        if deadline < self._at:
+            self._arm(future.get_loop(), deadline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._at = at
+        self._timer = loop.call_at(at, self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        # the deadline armed for has come, whatever the clock says (as timeout_at)
+        due, heap = max(self._at, loop.time()), self._heap
+        self._timer, self._at = None, math.inf
+        while heap and (heap[0][0] <= due or heap[0][2].done()):
+            future = heapq.heappop(heap)[2]
+            if not future.done():
+                future.set_exception(TimeoutError())
+        if heap:
+            self._arm(loop, heap[0][0])
+
+
+_PRUNE = 4096  #: deadlines held before the ended calls among them are dropped
+
+
 class AutoPipeline:
     """The lanes of one asyncio Redis or Redis Cluster client (one lane per node)."""
 
@@ -226,6 +275,7 @@ class AutoPipeline:
         self.lanes: dict[str, _Lane] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._single: _Lane | None = None
+        self._deadlines = _Deadlines()
         if not isinstance(client, redis.asyncio.RedisCluster):
             pool = client.connection_pool
             self._single = self.lanes["redis"] = self._new_lane(
@@ -233,23 +283,35 @@ class AutoPipeline:
             )
 
     def submit(
-        self, script: Any, keys: Sequence[str], args: Sequence[bytes]
+        self,
+        script: Any,
+        keys: Sequence[str],
+        args: Sequence[bytes],
+        deadline: float | None = None,
     ) -> Awaitable[Any]:
         """Queue ``script`` on ``keys`` (one hash tag) and ``args`` for the next batch of
-        the node holding them; await the result for its reply (or its error)."""
+        the node holding them; await the result for its reply (or its error, and
+        ``TimeoutError`` once ``deadline``, the loop's clock, has passed)."""
         if self._single is None:
-            return self._submit_to_node(script, keys, args)
+            return self._submit_to_node(script, keys, args, deadline)
         future = asyncio.get_running_loop().create_future()
         self._single.enqueue(_Call(script, keys, args, future), self)
+        if deadline is not None:
+            self._deadlines.add(deadline, future)
         return future
 
     async def _submit_to_node(
-        self, script: Any, keys: Sequence[str], args: Sequence[bytes]
+        self,
+        script: Any,
+        keys: Sequence[str],
+        args: Sequence[bytes],
+        deadline: float | None,
     ) -> Any:
-        lane = await self._lane(keys[0])
-        future = asyncio.get_running_loop().create_future()
-        lane.enqueue(_Call(script, keys, args, future), self)
-        return await future
+        async with asyncio.timeout_at(deadline):  # the slot map may be fetched first
+            lane = await self._lane(keys[0])
+            future = asyncio.get_running_loop().create_future()
+            lane.enqueue(_Call(script, keys, args, future), self)
+            return await future
 
     async def fallback(self, call: _Call) -> None:
         """Send one call through redis-py (it follows cluster redirections)."""

@@ -24,6 +24,7 @@ cluster) and runs it again.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 import os
 import threading
@@ -167,12 +168,26 @@ class AsyncScript:
         self.head = _bulk(b"EVALSHA") + _bulk(self.sha)
         self._pipeline = pipeline
 
-    def __call__(self, keys: Sequence[str], args: Sequence[bytes]) -> Awaitable[Any]:
+    def __call__(
+        self,
+        keys: Sequence[str],
+        args: Sequence[bytes],
+        deadline: float | None = None,
+    ) -> Awaitable[Any]:
         """Run the script on ``keys`` (one hash tag) and ``args``; await the result for
-        the reply. (A plain function, so a pipelined call costs no coroutine.)"""
+        the reply, or ``TimeoutError`` once ``deadline`` (the loop's clock) has
+        passed. (A plain function, so a pipelined call costs no coroutine.)"""
         if self._pipeline is not None:
-            return self._pipeline.submit(self, keys, args)
-        return self.unbatched(keys, args)
+            return self._pipeline.submit(self, keys, args, deadline)
+        if deadline is None:
+            return self.unbatched(keys, args)
+        return self._unbatched_by(keys, args, deadline)
+
+    async def _unbatched_by(
+        self, keys: Sequence[str], args: Sequence[bytes], deadline: float
+    ) -> Any:
+        async with asyncio.timeout_at(deadline):
+            return await self.unbatched(keys, args)
 
     async def unbatched(self, keys: Sequence[str], args: Sequence[bytes]) -> Any:
         """One call through redis-py: cluster routing and redirections, NOSCRIPT reload."""
