@@ -33,6 +33,7 @@ __all__ = [
 _MICROS = 1_000_000
 _random = random.random
 _CACHE_SIZE = 100_000  #: (tenant, route) resolutions kept per snapshot
+_ROUTES_SIZE = 10_000  #: (method, path) route matches kept per snapshot
 
 
 class Prepared(NamedTuple):
@@ -77,6 +78,8 @@ class Engine:
         self.unmatched = unmatched  #: failure mode of requests that match no route
         self._plans: dict[tuple[int, int, int], PolicyPlan] = {}
         self._cache: dict[tuple[str | None, str | None], _Entry] = {}
+        #: (method, path) -> the slug of its route, None for no route
+        self._routes: dict[tuple[str | None, str], str | None] = {}
         self._valid_until = float("-inf")
         #: the engine of the rehearsed snapshot, if any
         self.rehearsed = (
@@ -114,8 +117,7 @@ class Engine:
         ``path`` alone when ``method`` is None (:meth:`.RouteTable.match`).
         """
         if route is None and path is not None:
-            matched = self.resolver.match_route(method, path)
-            route = matched.slug if matched else None
+            route = self._route_of(method, path)
         plan, slug, mode, route_cost, rehearsal, scheduled = self._resolved(
             tenant, route, now
         )
@@ -143,6 +145,19 @@ class Engine:
             for s in plan.slots
         )
         return Prepared(plan, keys, slug, mode, cost, slots, rehearsing)
+
+    def _route_of(self, method: str | None, path: str) -> str | None:
+        """The slug of the route of ``method`` and ``path``, matched once per snapshot."""
+        key = (method, path)
+        try:
+            return self._routes[key]
+        except KeyError:
+            pass
+        matched = self.resolver.match_route(method, path)
+        if len(self._routes) >= _ROUTES_SIZE:  # paths with ids must not grow it forever
+            self._routes.clear()
+        slug = self._routes[key] = matched.slug if matched else None
+        return slug
 
     def _rehearsal_of(
         self, plan: PolicyPlan, scheduled: Policy | None, cost: int
