@@ -230,27 +230,32 @@ def from_headers(
     trusted: TrustedProxies,
 ) -> Request:
     """The request a forward-auth call describes: ``get(name)`` reads one header, or None."""
-
-    def header(name: str) -> str | None:
-        value = get(name)
-        return None if value is None else _value(name, value.strip())
-
-    def first(candidates: tuple[str, ...]) -> str | None:
-        return next((v for n in candidates if (v := header(n))), None)
-
-    tenant = header(names.tenant)
+    tenant = _header(get, names.tenant)
     if tenant is None:
         bad_input("missing_tenant", "decided as anonymous traffic (the ~ tenant)")
     return Request(
-        route=header(names.route),
-        method=(first(names.method) or "GET").upper(),
-        path=_path(first(names.path)),
+        route=_header(get, names.route),
+        method=(_first(get, names.method) or "GET").upper(),
+        path=_path(_first(get, names.path)),
         tenant=tenant,
-        user=header(names.user),
-        api_key=header(names.api_key),
-        ip=client_ip(peer, header(names.forwarded_for), trusted),
-        cost=_cost(header(names.cost)),
+        user=_header(get, names.user),
+        api_key=_header(get, names.api_key),
+        ip=client_ip(peer, _header(get, names.forwarded_for), trusted),
+        cost=_cost(_header(get, names.cost)),
     )
+
+
+def _header(get: Callable[[str], str | None], name: str) -> str | None:
+    value = get(name)
+    return None if value is None else _value(name, value.strip())
+
+
+def _first(get: Callable[[str], str | None], names: tuple[str, ...]) -> str | None:
+    """The value of the first of ``names`` present and not empty."""
+    for name in names:
+        if value := _header(get, name):
+            return value
+    return None
 
 
 def headers_of(pairs: Iterable[tuple[bytes, bytes]]) -> Mapping[str, str]:
