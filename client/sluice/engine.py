@@ -34,6 +34,7 @@ _MICROS = 1_000_000
 _random = random.random
 _CACHE_SIZE = 100_000  #: (tenant, route) resolutions kept per snapshot
 _ROUTES_SIZE = 10_000  #: (method, path) route matches kept per snapshot
+_PREPARED_SIZE = 10_000  #: requests kept prepared per snapshot
 
 
 class Prepared(NamedTuple):
@@ -80,6 +81,8 @@ class Engine:
         self._cache: dict[tuple[str | None, str | None], _Entry] = {}
         #: (method, path) -> the slug of its route, None for no route
         self._routes: dict[tuple[str | None, str], str | None] = {}
+        #: the arguments of :meth:`prepare` (but ``now``) -> what it returned
+        self._prepared: dict[tuple[str | int | None, ...], Prepared] = {}
         self._valid_until = float("-inf")
         #: the engine of the rehearsed snapshot, if any
         self.rehearsed = (
@@ -115,7 +118,35 @@ class Engine:
         ``cost`` replaces the route's cost when given (a limit's own cost still wins).
         Without ``route``, the route is matched by ``method`` and ``path``, or by
         ``path`` alone when ``method`` is None (:meth:`.RouteTable.match`).
+        A repeat request gets the same answer without resolving or keying it
+        again, unless its keys are random (sharded limits).
         """
+        if now >= self._valid_until:
+            self._expire(now)
+        request = (route, method, path, tenant, user, api_key, ip, cost)
+        prepared = self._prepared.get(request)
+        if prepared is None:
+            prepared = self._prepare(
+                route, method, path, tenant, user, api_key, ip, now, cost
+            )
+            if not _randomized(prepared):
+                if len(self._prepared) >= _PREPARED_SIZE:
+                    self._prepared.clear()
+                self._prepared[request] = prepared
+        return prepared
+
+    def _prepare(
+        self,
+        route: str | None,
+        method: str | None,
+        path: str | None,
+        tenant: str | None,
+        user: str | None,
+        api_key: str | None,
+        ip: str | None,
+        now: float,
+        cost: int | None,
+    ) -> Prepared:
         if route is None and path is not None:
             route = self._route_of(method, path)
         plan, slug, mode, route_cost, rehearsal, scheduled = self._resolved(
@@ -180,8 +211,7 @@ class Engine:
         same snapshot, so entries are dropped when the next expiry passes.
         """
         if now >= self._valid_until:
-            self._cache.clear()
-            self._valid_until = self._next_expiry(now)
+            self._expire(now)
         entry = self._cache.get((tenant, route))
         if entry is None:
             resolution = self.resolver.resolve(tenant=tenant, route=route, now=now)
@@ -208,6 +238,13 @@ class Engine:
                 self._cache.clear()
             self._cache[(tenant, route)] = entry
         return entry
+
+    def _expire(self, now: float) -> None:
+        """Forget resolutions and prepared requests: an override expired (or none was
+        looked at yet)."""
+        self._cache.clear()
+        self._prepared.clear()
+        self._valid_until = self._next_expiry(now)
 
     def _next_expiry(self, now: float) -> float:
         moments = [
@@ -271,6 +308,14 @@ class Engine:
             at=at,
             rehearsed=rehearsed,
         )
+
+
+def _randomized(prepared: Prepared) -> bool:
+    """Whether ``prepared`` has a randomly sharded key (another request may get another)."""
+    rehearsal = prepared.rehearsal
+    return bool(
+        prepared.plan.sharded or (rehearsal is not None and rehearsal.plan.sharded)
+    )
 
 
 def _shard(keys: list[str], sharded: tuple[tuple[int, int], ...]) -> None:
