@@ -236,6 +236,8 @@ class DecisionService:
     #: worker processes; None: the service's default (one per core). One by
     #: default here: a test that counts a bounded fail-open counts one process's
     workers: int | None = 1
+    #: the peers whose X-Forwarded-For is believed; None: none is
+    trusted_proxy: str | None = "127.0.0.1"
     extra: tuple[str, ...] = ()
     process: Process | None = None
 
@@ -266,8 +268,7 @@ class DecisionService:
             f"127.0.0.1:{self.grpc_port}",
             "--http",
             f"127.0.0.1:{self.http_port}",
-            "--trusted-proxy",
-            "127.0.0.1",
+            *_option("--trusted-proxy", self.trusted_proxy),
             "--github-headers",
             *(() if sluice.aio.PIPELINING_DEFAULT else ("--no-pipelining",)),
             *self.extra,

@@ -57,9 +57,9 @@ def start(private_redis, tmp_path):
     """Start ``sluice-decide`` with given settings on the private Redis."""
     started = []
 
-    def run(**settings) -> servers.DecisionService:
+    def run(*, served=RULES, **settings) -> servers.DecisionService:
         rules_server = ProtocolServer().start()
-        rules_server.serve(Bundle(RULES))
+        rules_server.serve(Bundle(served))
         service = servers.DecisionService(
             rules_server.url.removesuffix("/api/v1/snapshot"),
             rules_server.token,
@@ -68,7 +68,7 @@ def start(private_redis, tmp_path):
             **settings,
         )
         started.append((service, rules_server))
-        return service.start().wait_version(RULES.version)
+        return service.start().wait_version(served.version)
 
     yield run
     for service, rules_server in started:
@@ -206,14 +206,18 @@ def test_http__redis_held__answered_within_the_budget_by_each_route_failure_mode
     assert events[("globex", "fail_closed")] == 1
 
 
-def forward_auth(service, tenant: str, entries: dict[str, str]):
+def forward_auth(
+    service, tenant: str, entries: dict[str, str], forwarded_for: str | None = None
+):
+    headers = {
+        "X-Tenant": tenant,
+        "X-Forwarded-Method": entries["method"],
+        "X-Forwarded-Uri": entries["path"],
+    }
+    if forwarded_for is not None:
+        headers["X-Forwarded-For"] = forwarded_for
     asked = urllib.request.Request(
-        f"http://127.0.0.1:{service.http_port}/v1/decide",
-        headers={
-            "X-Tenant": tenant,
-            "X-Forwarded-Method": entries["method"],
-            "X-Forwarded-Uri": entries["path"],
-        },
+        f"http://127.0.0.1:{service.http_port}/v1/decide", headers=headers
     )
     try:
         with urllib.request.urlopen(asked, timeout=60) as response:
@@ -342,3 +346,19 @@ def routes_in_stream(url) -> set[str]:
         for _, fields in redis.Redis.from_url(url).xrange(STREAM_KEY)
         for record in json.loads(fields[b"events"])
     }
+
+
+def test_http__no_trusted_proxy__x_forwarded_for_is_not_believed(start, private_redis):
+    # Given the service trusting no proxy, and a per-address limit of 3 an hour
+    per_ip = snapshot(
+        rules(policy("default", "*", limit("ip", 3, 3600, 3)), routes=ROUTES)
+    )
+    service = start(served=per_ip, trusted_proxy=None)
+    # When one peer asks twice, claiming two client addresses
+    claims = ("203.0.113.1", "203.0.113.2")
+    answers = [
+        forward_auth(service, "acme", SEARCH, forwarded_for=claim) for claim in claims
+    ]
+    # Then both count against the peer's own bucket: 2 left, then 1
+    remaining = [a[1]["ratelimit"].split(";")[1] for a in answers]
+    assert remaining == ["r=2", "r=1"]

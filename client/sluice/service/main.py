@@ -259,6 +259,9 @@ async def _serve_http(service: Service, sock: socket.socket) -> None:
         lifespan="off",
         server_header=False,
         date_header=False,
+        # the client address is the peer's, or X-Forwarded-For's behind a
+        # --trusted-proxy (DecisionApp); uvicorn must not rewrite it first
+        proxy_headers=False,
     )
     await uvicorn.Server(config).serve(sockets=[sock])
 
