@@ -117,12 +117,7 @@ def test_nginx_module__restarted_with_the_control_plane_down__enforces_the_last_
 ):
     # Given nginx that applied the corpus' rules, then stopped
     _, first = start_nginx(port_of(rules_server))
-    wait_until(
-        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
-        timeout=60,
-        every=0.05,
-        why="the rules to be applied",
-    )
+    wait_applied(rules_server)
     first.stop()
     # When it starts again while the control plane does not answer
     port, _ = start_nginx(free_port())
@@ -148,12 +143,7 @@ def test_nginx_module__bad_bundle__refused_reported_and_the_rules_in_force_stay(
 ):
     # Given nginx that applied the corpus' rules
     port, _ = start_nginx(port_of(rules_server))
-    wait_until(
-        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
-        timeout=60,
-        every=0.05,
-        why="the rules to be applied",
-    )
+    wait_applied(rules_server)
     # When the control plane serves a bundle without the default policy
     broken = corpus.bundle().to_json()
     broken["active"]["version"] = corpus.VERSION + 1
@@ -430,3 +420,13 @@ def test_nginx_module__github_headers_and_jitter__when_asked(
     assert began + 14400 <= int(first["x-ratelimit-reset"]) <= time.time() + 14401
     assert answers[2].status == 429
     assert 14400 - 5 <= int(answers[2].headers["retry-after"]) <= 14400 + 30
+
+
+def wait_applied(rules_server) -> None:
+    """Until nginx reports, in its polls, that it applied the corpus' rules."""
+    wait_until(
+        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
+        timeout=60,
+        every=0.05,
+        why="the rules to be applied",
+    )
