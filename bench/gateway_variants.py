@@ -141,8 +141,12 @@ def haproxy(workdir: Path, *, backend: int, http: int, variant: str) -> servers.
 def traefik(workdir: Path, *, backend: int, http: int, variant: str) -> servers.Process:
     process = servers.traefik(workdir, port=free_port(), backend=backend, http=http)
     if variant == NONE:
-        config = Path(process.command[2].split("=", 1)[1])
-        _edit(config, "      middlewares: [sluice]\n", "")
+        flag = "--providers.file.filename="
+        config = Path(
+            next(a for a in process.command if a.startswith(flag))[len(flag) :]
+        )
+        _edit(config, "      middlewares: [sluice-closed]\n", "")
+        _edit(config, "      middlewares: [sluice-open]\n", "")
     return process
 
 
