@@ -6,7 +6,9 @@ them without touching the machine's shared Redis or each other.
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -29,11 +31,41 @@ START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 
 
+#: Where servers of the tests listen: below the kernel's ephemeral range (32768 and
+#: up here), which outgoing connections take their ports from. A port the kernel
+#: handed out with bind(0) could be taken by a client socket (the overload tests
+#: open hundreds) before the server bound it. Each test worker gets a slice of its
+#: own, so two workers never hand out the same port; 20000 and up stay free for
+#: the Redis Cluster's bus ports (port + 10000).
+_PORTS = range(10_000, 20_000)
+
+
+def _port_slice() -> range:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    size = len(_PORTS) // max(workers, 1)
+    start = _PORTS.start + size * (worker % max(workers, 1))
+    return range(start, start + size)
+
+
+_SLICE = _port_slice()
+_next_port = itertools.islice(
+    itertools.cycle(_SLICE), random.randrange(len(_SLICE)), None
+)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now, from this test
+    worker's own slice (in turn, so a port is not handed out twice in a row)."""
+    for _ in range(len(_SLICE)):
+        port = next(_next_port)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_SLICE}")
 
 
 @dataclass
