@@ -2,6 +2,7 @@
 
 from django import forms
 from django.contrib import admin
+from django.contrib.postgres.forms import SimpleArrayField
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count
 from django.forms.models import BaseInlineFormSet
@@ -77,6 +78,15 @@ class RouteAdmin(AuditedAdmin):
     )
     list_filter = ("failure_mode", "cost")
     search_fields = ("slug", "path_pattern", "description")
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name != "methods":
+            return super().formfield_for_dbfield(db_field, request, **kwargs)
+        # Plain text items: the model says which methods exist (Route.clean_fields);
+        # the choice field's item error crashed on a "%" (Django formats it twice).
+        return SimpleArrayField(
+            forms.CharField(), label="Methods", help_text=db_field.help_text
+        )
 
     @admin.display(description="methods")
     def methods_text(self, route):

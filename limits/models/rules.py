@@ -15,12 +15,19 @@ from django.db.models import Q
 from django.utils import timezone
 
 from limits.choices import FailureMode, HttpMethod, ScopeKind
-from sluice.routing import PatternError, parse_path_pattern
+from sluice.routing import HTTP_METHODS, PatternError, parse_path_pattern
 from sluice.snapshot import ALL_ROUTES, scope_key
 
 from .base import RuleModel
 
-__all__ = ["Policy", "Route", "Tenant", "Tier", "override_expiry_error"]
+__all__ = [
+    "Policy",
+    "Route",
+    "Tenant",
+    "Tier",
+    "override_expiry_error",
+    "validate_http_methods",
+]
 
 slug_validator = RegexValidator(
     r"^[a-z0-9][a-z0-9_-]{0,62}$",
@@ -38,6 +45,25 @@ def validate_path_pattern(value: str) -> None:
         parse_path_pattern(value)
     except PatternError as exc:
         raise ValidationError(f"Not a valid path pattern: {exc}.") from None
+
+
+def validate_http_methods(methods: list[str]) -> None:
+    """Refuse what is not one of the HTTP methods a route can match.
+
+    Checked before the array field's own per-item check: Django's ArrayField
+    formats its item errors twice, so a method holding ``%`` ended in a
+    ValueError instead of this message (the text stays in ``params``).
+    """
+    unknown = [method for method in methods if method not in HTTP_METHODS]
+    if unknown:
+        raise ValidationError(
+            "Not an HTTP method: %(unknown)s. Use %(known)s.",
+            code="invalid_choice",
+            params={
+                "unknown": ", ".join(repr(method) for method in unknown),
+                "known": ", ".join(HTTP_METHODS),
+            },
+        )
 
 
 def override_expiry_error(
@@ -147,7 +173,20 @@ class Route(RuleModel):
     def clean_fields(self, exclude=None) -> None:
         # Accept "get" as well as "GET": normalize before the choices are checked.
         self.methods = sorted({str(method).upper() for method in self.methods or []})
-        super().clean_fields(exclude)
+        exclude = set(exclude or ())
+        errors: dict[str, list[ValidationError]] = {}
+        if "methods" not in exclude:
+            try:
+                validate_http_methods(self.methods)
+            except ValidationError as exc:
+                errors["methods"] = exc.error_list
+                exclude.add("methods")  # the array field's check would say it again
+        try:
+            super().clean_fields(exclude)
+        except ValidationError as exc:
+            errors = exc.update_error_dict(errors)
+        if errors:
+            raise ValidationError(errors)
 
 
 class Policy(RuleModel):

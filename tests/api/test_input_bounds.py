@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
-from limits.models import AuditEntry, GatewayToken, Limit, Policy, Tier
+from limits.models import AuditEntry, GatewayToken, Limit, Policy, Route, Tier
 from limits.publishing.services import snapshot_publish
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_notice_period")]
@@ -198,3 +198,20 @@ def test_list__boolean_filter_true__filters(api, viewer_user, rules):
     response = api.as_user(viewer_user).get(f"{B}/policies?all_routes=true")
     assert response.status_code == 200
     assert {p["route"] for p in response.json()["results"]} == {None}
+
+
+@pytest.mark.parametrize("method", ["%d", "%(x)s", "GE T", "%"])
+def test_route_create__method_not_an_http_token__400_naming_methods(
+    api, product_user, rules, method
+):
+    # When a route is sent with a method that is no HTTP method (text with %, a space)
+    response = api.as_user(product_user).post(
+        f"{B}/routes",
+        {"slug": "pct", "methods": [method], "path_pattern": "/v1/pct"},
+        format="json",
+    )
+    # Then the answer is a 400 naming methods and the method, and nothing is saved
+    body = _problem(response, 400)
+    assert list(body["fields"]) == ["methods"]
+    assert method.upper() in " ".join(body["fields"]["methods"])
+    assert not Route.objects.filter(slug="pct").exists()

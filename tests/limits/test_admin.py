@@ -336,3 +336,21 @@ def test_audit_log__admin__read_only_with_filters(client, product_user):
         client.post(_url("auditentry", entry), {"actor": "mallory"}).status_code == 403
     )
     assert AuditEntry.objects.get(pk=entry.pk).actor == "pat-product"
+
+
+@pytest.mark.parametrize("methods", ["%d", "GET,%(x)s"])
+def test_route_add__method_not_an_http_method__form_error_nothing_saved(
+    client, product_user, methods
+):
+    client.force_login(product_user)
+    form = {
+        "slug": "pct",
+        "methods": methods,
+        "path_pattern": "/v1/pct",
+        "cost": "1",
+        "failure_mode": "open",
+    }
+    response = client.post(_url("route", action="add"), form)
+    assert response.status_code == 200
+    assert "Not an HTTP method" in response.content.decode()
+    assert not ChangeRequest.objects.exists()
