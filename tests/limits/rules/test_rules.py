@@ -90,7 +90,8 @@ def test_rule_save__stale_revision__refused_and_nothing_written(product):
         ({"path_pattern": "/v1/{id}/{id}"}, "path_pattern", "appears twice"),
         ({"cost": 0}, "cost", "at least 1"),
         ({"slug": "Bad Slug"}, "slug", "lower-case"),
-        ({"methods": ["FETCH"]}, "methods", "not a valid choice"),
+        ({"methods": ["FETCH"]}, "methods", "Not an HTTP method: 'FETCH'"),
+        ({"methods": ["GET", "%d"]}, "methods", "Not an HTTP method: '%D'"),
     ],
 )
 def test_rule_save__bad_route__field_error_names_the_problem(
