@@ -24,10 +24,14 @@ from sluice.quota import (
 )
 from sluice.routing import HTTP_METHODS
 
-__all__ = ["FORMAT", "RULES_SCHEMA", "schema_errors", "schema_json"]
+__all__ = ["FORMAT", "MAX_INTEGER", "RULES_SCHEMA", "schema_errors", "schema_json"]
 
 #: The version of the file format; a file names it in ``format``.
 FORMAT = 1
+
+#: The largest number the rule tables' integer columns hold (Postgres ``integer``);
+#: the models' fields check the same bound (Django adds it to every IntegerField).
+MAX_INTEGER = 2**31 - 1
 
 _SLUG = r"[a-z0-9][a-z0-9_-]{0,62}"
 _ROUTE_SLUG = r"[a-z0-9][a-z0-9._-]{0,62}"
@@ -92,6 +96,7 @@ RULES_SCHEMA: dict[str, Any] = {
                 "position": {
                     "type": "integer",
                     "minimum": 0,
+                    "maximum": MAX_INTEGER,
                     "default": 0,
                     "description": "Order in lists: free before pro.",
                 },
@@ -125,7 +130,12 @@ RULES_SCHEMA: dict[str, Any] = {
                     "maxLength": 300,
                     "description": "Such as /v1/orders/{id}.",
                 },
-                "cost": {"type": "integer", "minimum": 1, "default": 1},
+                "cost": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_INTEGER,
+                    "default": 1,
+                },
                 "failure_mode": {
                     "enum": ["open", "closed", "local"],
                     "default": "open",
@@ -170,17 +180,27 @@ RULES_SCHEMA: dict[str, Any] = {
             ["dimension", "rate", "period", "burst"],
             {
                 **_LIMIT_COMMON,
-                "rate": {"type": "integer", "minimum": 1},
+                "rate": {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER},
                 "period": {"enum": ["second", "minute", "hour", "day"]},
-                "burst": {"type": "integer", "minimum": 1},
-                "cost": {"type": ["integer", "null"], "minimum": 1, "default": None},
+                "burst": {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER},
+                "cost": {
+                    "type": ["integer", "null"],
+                    "minimum": 1,
+                    "maximum": MAX_INTEGER,
+                    "default": None,
+                },
                 "shards": {
                     "type": "integer",
                     "minimum": 1,
                     "maximum": MAX_SHARDS,
                     "default": 1,
                 },
-                "lease": {"type": "integer", "minimum": 0, "default": 0},
+                "lease": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_INTEGER,
+                    "default": 0,
+                },
                 "lease_ms": {
                     "type": "integer",
                     "minimum": 1,
@@ -194,7 +214,11 @@ RULES_SCHEMA: dict[str, Any] = {
             ["dimension", "max_inflight"],
             {
                 **_LIMIT_COMMON,
-                "max_inflight": {"type": "integer", "minimum": 1},
+                "max_inflight": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_INTEGER,
+                },
                 "timeout": {
                     "type": "integer",
                     "minimum": 1,

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
-from limits.models import ApiToken
+from limits.models import ApiToken, ChangeRequest
 from limits.publishing.services import snapshot_publish
 from tests.factories import PolicyFactory, UserFactory
 
@@ -171,3 +171,46 @@ def test_renew__support__opens_a_request_extending_the_override(
     (edit,) = body["edits"]
     assert edit["after"]["expires_at"] > edit["before"]["expires_at"]
     assert body["preview"]["changes"]["lowers"] is False
+
+
+@pytest.mark.parametrize(
+    ("limit", "member"),
+    [
+        ({"rate": 2**31, "burst": 100}, "limits[0].rate"),
+        ({"rate": 50, "burst": 2**31}, "limits[0].burst"),
+        ({"rate": 50, "burst": 100, "cost": 2**40}, "limits[0].cost"),
+    ],
+)
+def test_create__number_beyond_what_the_database_holds__400_naming_it(
+    api, active, product_user, limit, member
+):
+    # When a change request sets a limit the database column cannot hold
+    value = _override(limits=[{"dimension": "tenant", "period": "second", **limit}])
+    response = api.as_user(product_user).post(
+        f"{B}/change-requests",
+        {"edits": [{"object": "policy", "value": value}]},
+        format="json",
+    )
+    # Then it is refused with the member named, not stored for a publish to trip on
+    assert response.status_code == 400, response.content
+    (message,) = response.json()["fields"]["edits"]["0"][member]
+    assert "maximum of 2147483647" in message
+    assert not ChangeRequest.objects.exists()
+
+
+@pytest.mark.parametrize("endpoint", ["diff", "apply"])
+def test_rules_file__rate_beyond_what_the_database_holds__400_naming_it(
+    api, active, product_user, endpoint
+):
+    client = _token_client(api, product_user)
+    text = client.get(f"{B}/rules/export").content.decode()
+    huge = text.replace(
+        "rate: 50, period: second, burst: 100",
+        f"rate: {2**31}, period: second, burst: {2**31}",
+    )
+    body = {"document": huge, **({"publish": True} if endpoint == "apply" else {})}
+    response = client.post(f"{B}/rules/{endpoint}", body, format="json")
+    assert response.status_code == 400, response.content
+    said = " ".join(response.json()["fields"]["document"])
+    assert ".rate: 2147483648 is greater than the maximum of 2147483647" in said
+    assert not ChangeRequest.objects.exists()

@@ -215,3 +215,18 @@ def test_route_create__method_not_an_http_token__400_naming_methods(
     assert list(body["fields"]) == ["methods"]
     assert method.upper() in " ".join(body["fields"]["methods"])
     assert not Route.objects.filter(slug="pct").exists()
+
+
+@pytest.mark.parametrize("member", ["rate", "burst"])
+def test_patch_limit__beyond_what_the_database_holds__400_naming_it(
+    api, product_user, rules, member
+):
+    # Given a limit at revision 1 / When a PATCH sets a number above 2^31 - 1
+    limit = Limit.objects.filter(policy=rules["pro_search"]).get()
+    response = api.as_user(product_user).patch(
+        f"{B}/limits/{limit.pk}", {member: 2**31}, format="json"
+    )
+    # Then it is refused naming the member, and nothing is written
+    assert list(_problem(response, 400)["fields"]) == [member]
+    limit.refresh_from_db()
+    assert (limit.revision, limit.rate, limit.burst) == (1, 50, 100)
