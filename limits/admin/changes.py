@@ -24,7 +24,7 @@ from limits.changes.previews import (
     change_request_preview,
     change_requests_waiting_for,
 )
-from limits.changes.publishing import change_request_publish
+from limits.changes.publishing import ChangeConflict, change_request_publish
 from limits.changes.services import (
     change_request_approve,
     change_request_discard_edit,
@@ -346,7 +346,11 @@ def _stored_reasons(row: ChangeRequest) -> list[str]:
 
 def _impact_context(row: ChangeRequest) -> dict:
     """What ``snapshot/_impact.html`` shows: whom the request would limit."""
-    return {"impact": change_request_impact(row), "caveats": CAVEATS}
+    try:
+        impact = change_request_impact(row)
+    except ChangeConflict:  # routes gateways could not resolve: the conflicts say so
+        impact = None
+    return {"impact": impact, "caveats": CAVEATS}
 
 
 def _published_words(done) -> str:

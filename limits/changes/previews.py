@@ -17,10 +17,15 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from limits.changes.permissions import approvals_counted, may_approve
-from limits.changes.publishing import Conflict, conflicts_with
+from limits.changes.publishing import (
+    ChangeConflict,
+    Conflict,
+    RouteClash,
+    conflicts_with,
+)
 from limits.changes.services import active_base, edits_of
 from limits.core.audit import Actor
-from limits.diff.diffing import RulesDiff, rules_diff
+from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
 from limits.models import Approval, ChangeEdit, ChangeRequest, ChangeRequestState
 from limits.publishing.approval import approval_reasons
 from limits.publishing.notice import NoticePreview, notice_preview
@@ -75,7 +80,7 @@ class Preview:
     edits: list[EditView]
     diff: RulesDiff
     problems: list[str]
-    conflicts: list[Conflict]
+    conflicts: list[Conflict | RouteClash]
     approval_reasons: list[str]
     approvals: list[Approval]  #: those the approval rule counts
     notice: NoticePreview
@@ -132,6 +137,8 @@ def change_request_preview(request: ChangeRequest) -> Preview:
     conflicts = conflicts_with(base, edits, row)
     for scheduled in snapshot_scheduled():
         conflicts += conflicts_with(snapshot_rules(scheduled), edits, scheduled)
+    if any(isinstance(conflict, RouteClash) for conflict in conflicts):
+        return _clashing(request, row, edits, conflicts)
     rules = rules_with(base, edits)
     diff = rules_diff(base, rules)
     return Preview(
@@ -153,8 +160,12 @@ def change_request_impact(request: ChangeRequest) -> Impact | None:
     withdrawn: its version's estimate is on the version)."""
     if not request.is_live:
         return None
-    _, base = active_base()
-    rules = rules_with(base, edits_of(request))
+    row, base = active_base()
+    edits = edits_of(request)
+    clashes = [c for c in conflicts_with(base, edits, row) if isinstance(c, RouteClash)]
+    if clashes:  # rules gateways could not resolve: nothing to estimate
+        raise ChangeConflict(clashes)
+    rules = rules_with(base, edits)
     return impact_estimate(old=base, new=rules, diff=rules_diff(base, rules))
 
 
@@ -169,6 +180,24 @@ def _closed(request: ChangeRequest, edits: list[Edit]) -> Preview:
         conflicts=[],
         approval_reasons=approval_reasons(diff),
         approvals=list(request.approvals.filter(revision=request.edit_revision)),
+        notice=notice_preview(diff=diff, published_at=timezone.now()),
+    )
+
+
+def _clashing(request, row, edits: list[Edit], conflicts) -> Preview:
+    """A request whose routes collide with the version's: its rules cannot be
+    resolved, so nothing is compared; the conflicts say why."""
+    diff = rules_diff(EMPTY_RULES, EMPTY_RULES)
+    unknown = ["not compared: a route collides (see the conflicts)"]
+    return Preview(
+        request=request,
+        base_version=row.version if row else None,
+        edits=[EditView(edit, "changed", unknown) for edit in edits],
+        diff=diff,
+        problems=[],
+        conflicts=conflicts,
+        approval_reasons=[],
+        approvals=approvals_counted(request),
         notice=notice_preview(diff=diff, published_at=timezone.now()),
     )
 

@@ -44,6 +44,7 @@ from limits.publishing.services import (
     snapshot_store,
     version_in_force,
 )
+from limits.rules.compiling import route_table_error
 from limits.rules.documents import Edit, rules_value, rules_with, value_in
 from limits.rules.records import documents_write
 from limits.versions.selectors import snapshot_rules
@@ -54,6 +55,7 @@ __all__ = [
     "ChangeConflict",
     "Conflict",
     "Published",
+    "RouteClash",
     "change_request_publish",
     "conflicts_with",
 ]
@@ -91,10 +93,27 @@ class Conflict:
         )
 
 
+@dataclass(frozen=True)
+class RouteClash:
+    """The request's routes and those of ``version`` claim one method and path
+    (another request took it first): gateways could not tell them apart."""
+
+    problem: str  #: ``GET /v1/x is claimed by both 'a' and 'b'``
+    version: Snapshot | None
+
+    @property
+    def text(self) -> str:
+        version = f"version {self.version.version}" if self.version else "no version"
+        return (
+            f"Route collision with {version}: {self.problem}. Change this request's "
+            "route (its methods or path), or withdraw it."
+        )
+
+
 class ChangeConflict(ValidationError):
     """The rules under a change request changed where it edits them."""
 
-    def __init__(self, conflicts: Sequence[Conflict]) -> None:
+    def __init__(self, conflicts: Sequence[Conflict | RouteClash]) -> None:
         self.conflicts = list(conflicts)
         super().__init__([c.text for c in conflicts], code="conflict")
 
@@ -142,15 +161,18 @@ def _value_words(subject: str, value) -> str:
 
 def conflicts_with(
     rules: snapshot.Rules, edits: Sequence[Edit], version: Snapshot | None
-) -> list[Conflict]:
+) -> list[Conflict | RouteClash]:
     """The edits whose object ``rules`` (of ``version``) hold otherwise than the edit's
-    ``before``."""
-    found = []
+    ``before``; else a route of the edits colliding with one of ``rules``."""
+    found: list[Conflict | RouteClash] = []
     for edit in edits:
         there = value_in(rules, edit.subject, edit.key)
         if there != rules_value(edit.subject, edit.before, edit.key):
             found.append(Conflict(edit, version, there))
-    return found
+    if found or not any(edit.subject == "route" for edit in edits):
+        return found
+    problem = route_table_error(rules_with(rules, edits).routes.values())
+    return [RouteClash(problem, version)] if problem else []
 
 
 def _scheduled_from(effective: datetime) -> list[Snapshot]:

@@ -214,3 +214,39 @@ def test_rules_file__rate_beyond_what_the_database_holds__400_naming_it(
     said = " ".join(response.json()["fields"]["document"])
     assert ".rate: 2147483648 is greater than the maximum of 2147483647" in said
     assert not ChangeRequest.objects.exists()
+
+
+def _route_request(client, slug: str) -> int:
+    route = {"methods": ["GET"], "path": "/v1/reports"}
+    response = client.post(
+        f"{B}/change-requests",
+        {"edits": [{"object": "route", "key": slug, "value": route}]},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    return response.json()["id"]
+
+
+def test_two_requests_claim_one_route__second_shown_conflicting_publish_refused(
+    api, active, product_user
+):
+    # Given two change requests adding a route for the same method and path
+    client = api.as_user(product_user)
+    first, second = _route_request(client, "reports"), _route_request(client, "rep2")
+    # When the first is published
+    assert client.post(f"{B}/change-requests/{first}/publish").status_code == 201
+    # Then the second reads with the collision as a conflict, not publishable
+    shown = client.get(f"{B}/change-requests/{second}")
+    assert shown.status_code == 200, shown.content
+    preview = shown.json()["preview"]
+    assert preview["publishable"] is False
+    (said,) = preview["conflicts"]
+    assert said.startswith("Route collision with version 2: GET /v1/reports is")
+    assert "claimed by both 'reports' and 'rep2'" in said
+    assert client.get(f"{B}/change-requests/{second}/impact").status_code == 400
+    # And publishing it is refused in the problem shape, naming the route
+    refused = client.post(f"{B}/change-requests/{second}/publish")
+    assert refused.status_code in (400, 409), refused.content
+    assert refused["Content-Type"].startswith("application/problem+json")
+    assert "GET /v1/reports" in refused.content.decode()
+    assert client.get(f"{B}/rules/export").content.decode().count("/v1/reports") == 1

@@ -8,6 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from limits.changes.publishing import change_request_publish
 from limits.changes.services import (
     Proposal,
     change_request_approve,
@@ -128,3 +129,34 @@ def test_home_renew__support__one_click_opens_a_request_ready_to_publish(
     assert (
         Policy.objects.get(pk=override.pk).expires_at == override.expires_at
     )  # not live yet
+
+
+def _route_request(product_user, slug: str) -> ChangeRequest:
+    route = {"methods": ["GET"], "path": "/v1/reports"}
+    return change_request_open(
+        actor=Actor(user=product_user), proposals=[Proposal("route", slug, route)]
+    )
+
+
+def test_two_requests_claim_one_route__second_page_shows_conflict_publish_refused(
+    client, active, product_user
+):
+    # Given two requests adding a route for one method and path, the first published
+    first = _route_request(product_user, "reports")
+    second = _route_request(product_user, "rep2")
+    change_request_publish(change_request=first, actor=Actor(user=product_user))
+    client.force_login(product_user)
+    # When the second's page is read / Then it shows the collision, not a 500
+    page = client.get(reverse("admin:limits_changerequest_change", args=[second.pk]))
+    assert page.status_code == 200
+    assert "claimed by both &#x27;reports&#x27; and &#x27;rep2&#x27;" in (
+        page.content.decode()
+    )
+    # And publishing it from its form is refused with the route named
+    url = reverse("admin:limits_changerequest_publish", args=[second.pk])
+    assert client.get(url).status_code == 200
+    response = client.post(url, {})
+    assert response.status_code == 200
+    assert "GET /v1/reports is claimed by both" in response.content.decode()
+    second.refresh_from_db()
+    assert second.state == "open"
