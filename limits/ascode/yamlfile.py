@@ -4,7 +4,9 @@
 (mappings by slug, limits one per line, defaults left out), so the same rules
 give the same bytes on every machine and a change reads as a small diff in git.
 :func:`yaml_read` parses a file and returns its data with the line of every
-path in it, and refuses what YAML would silently accept (a key given twice).
+path in it, and refuses what YAML would silently accept (a key given twice) and
+what would let a few bytes cost a worker seconds and memory (anchors and aliases,
+whose expansion grows tenfold per line: the "billion laughs").
 """
 
 from __future__ import annotations
@@ -182,8 +184,27 @@ def yaml_read(text: str) -> YamlData:
     return YamlData(None, {}, [LineProblem(line, (), message)])
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing anchors and aliases before composing them.
+
+    A rules file never needs them, and an alias is expanded into a copy of what it
+    names on construction, so nested aliases grow without limit.
+    """
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "anchors and aliases (&name, *name) are not allowed in a rules file",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
 def _parse(text: str) -> tuple[yaml.Node | None, Any]:
-    loader = yaml.SafeLoader(text)
+    loader = _NoAliasLoader(text)
     try:
         node = loader.get_single_node()
         return node, (loader.construct_document(node) if node is not None else None)

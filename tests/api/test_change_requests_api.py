@@ -12,6 +12,7 @@ from limits.gateways.tokens import token_create
 from limits.models import ApiToken, ChangeRequest
 from limits.publishing.services import snapshot_publish
 from tests.factories import PolicyFactory, UserFactory
+from tests.hostile_input import BILLION_LAUGHS
 
 pytestmark = pytest.mark.django_db
 
@@ -154,6 +155,30 @@ def test_rules_diff__bad_yaml__400_with_line(api, active, viewer_user):
     assert response.status_code == 400
     (message,) = response.json()["fields"]["document"]
     assert message.startswith("ci.yaml:3: (the file): not valid YAML")
+
+
+def test_rules_diff_and_apply__aliases__400_naming_the_problem_and_its_line(
+    api, active, product_user
+):
+    api.as_user(product_user)
+    # Given the billion laughs, When a user diffs or applies it
+    for operation in ("diff", "apply"):
+        response = api.post(
+            f"{B}/rules/{operation}",
+            {"document": BILLION_LAUGHS, "name": "laughs.yaml"},
+            format="json",
+        )
+        # Then it is refused as a problem at its first anchor, nothing expanded
+        assert response.status_code == 400, response.content
+        assert response["Content-Type"] == "application/problem+json"
+        assert response.json()["fields"]["document"] == [
+            "laughs.yaml:2: (the file): not valid YAML: "
+            "anchors and aliases (&name, *name) are not allowed in a rules file"
+        ]
+    # And a rules file without aliases is still read
+    text = api.get(f"{B}/rules/export").content.decode()
+    same = api.post(f"{B}/rules/diff", {"document": text}, format="json")
+    assert (same.status_code, same.json()["equal"]) == (200, True)
 
 
 def test_renew__support__opens_a_request_extending_the_override(

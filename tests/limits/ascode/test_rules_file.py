@@ -27,6 +27,7 @@ from limits.rules.schema import schema_json
 from limits.versions.selectors import snapshot_get_active
 from tests.celery_fixtures import broker_url, database_url
 from tests.factories import PolicyFactory
+from tests.hostile_input import BILLION_LAUGHS
 
 ROOT = Path(__file__).resolve().parents[3]
 SYSTEM = Actor.system("test")
@@ -151,6 +152,30 @@ def test_command_diff__exit_codes__0_equal_2_differs_1_error(active, tmp_path):
         call_command("rules", "diff", str(path))
     assert error.value.returncode == 1
     assert "rules.yaml:1: (the file): 'tiers' is missing" in str(error.value)
+
+
+def test_command__aliases__refused_at_the_first_anchor_before_expanding(
+    active, tmp_path
+):
+    # Given the billion laughs: a few hundred bytes whose aliases expand to 9**9 items
+    path = tmp_path / "laughs.yaml"
+    path.write_text(BILLION_LAUGHS)
+    # When an operator diffs or applies it, Then it is refused at its first anchor
+    for action in ("diff", "apply"):
+        with pytest.raises(CommandError) as error:
+            call_command("rules", action, str(path))
+        assert error.value.returncode == 1
+        assert str(error.value) == (
+            "laughs.yaml:2: (the file): not valid YAML: "
+            "anchors and aliases (&name, *name) are not allowed in a rules file"
+        )
+    # And an alias without an anchor is named at its own line
+    path.write_text(rules_export().replace("tier: pro", "tier: *pro", 1))
+    with pytest.raises(CommandError) as error:
+        call_command("rules", "diff", str(path))
+    line = int(str(error.value).split(":")[1])
+    assert "tier: *pro" in path.read_text().splitlines()[line - 1]
+    assert ChangeRequest.objects.count() == 0
 
 
 def _manage(*args: str, db: str, redis) -> subprocess.CompletedProcess:
