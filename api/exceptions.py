@@ -3,13 +3,17 @@
 Django's and the domain's exceptions are turned into DRF's first, so none of
 them reaches Django as a 500: a validation error is a 400 with ``fields``, a
 row deleted while a request wrote it a 404, a write that lost a race on a
-unique constraint a 409, a body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413.
+unique constraint a 409, a body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413,
+and a database that cannot be reached or did not answer in time (Django's
+``OperationalError`` or ``InterfaceError``) a 503 with ``Retry-After``.
 """
+
+import logging
 
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError
+from django.db import IntegrityError, InterfaceError, OperationalError
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler
 
@@ -17,6 +21,8 @@ from limits.core.audit import StaleRevision
 
 from .etags import etag_for
 from .problems import PROBLEM_CONTENT_TYPE, problem
+
+log = logging.getLogger("sluice.api")
 
 
 class PreconditionFailed(exceptions.APIException):
@@ -37,6 +43,13 @@ class BodyTooLarge(exceptions.APIException):
     default_code = "body_too_large"
 
 
+class DatabaseUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The database is unavailable; retry in a few seconds."
+    default_code = "database_unavailable"
+    wait = 5  # DRF sends it as Retry-After
+
+
 def _from_django(exc):
     if isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
@@ -50,6 +63,9 @@ def _from_django(exc):
         return exceptions.NotFound(str(exc) or None)
     if isinstance(exc, IntegrityError):
         return Conflict()
+    if isinstance(exc, OperationalError | InterfaceError):
+        log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
+        return DatabaseUnavailable()
     if isinstance(exc, RequestDataTooBig):
         return BodyTooLarge(str(exc) or None)
     return exc

@@ -12,6 +12,12 @@ redirect or request log stands in their way, and nothing rate-limits them. They
 say only ``ok`` or ``failing`` per check: what failed and why (URLs, errors) goes
 to the server log, never to a stranger. A readiness check costs one query (the
 applied migrations, which is the Postgres check too) and one Redis PING.
+
+``/readyz`` answers within about ``DATABASE_TIMEOUT`` + ``REDIS_TIMEOUT`` seconds
+whatever Postgres does: the query runs in a thread of its own, on a connection of
+its own, and a Postgres that has not answered by then is ``failing``. A check
+still waiting is shared by the probes that come meanwhile, so a hung Postgres
+holds one thread, never one per probe. ``/healthz`` touches neither.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
+from concurrent.futures import Future
 
 import redis
 from django.db import DatabaseError, connection
@@ -34,6 +42,8 @@ log = logging.getLogger("sluice.health")
 LIVE_PATH, READY_PATH = "/healthz", "/readyz"
 #: Seconds the Redis check waits for PONG: a probe must answer sooner than it times out.
 REDIS_TIMEOUT = 1.0
+#: Seconds the Postgres check waits for its query, connecting included.
+DATABASE_TIMEOUT = 2.0
 OK, FAILING = "ok", "failing"
 
 
@@ -69,6 +79,39 @@ def _check_database() -> dict[str, str]:
     return {"postgres": OK, "migrations": FAILING if missing else OK}
 
 
+_pending_lock = threading.Lock()
+_pending: Future | None = None
+
+
+def _check_database_in_thread(future: Future) -> None:
+    try:
+        future.set_result(_check_database())
+    except BaseException as exc:  # raised again in the probe that waits
+        future.set_exception(exc)
+    finally:
+        connection.close()  # this thread's own connection
+
+
+def _check_database_within(timeout: float) -> dict[str, str]:
+    """The Postgres check, or ``failing`` if it has not answered in ``timeout`` s."""
+    global _pending
+    with _pending_lock:
+        if _pending is None or _pending.done():
+            _pending = Future()
+            threading.Thread(
+                target=_check_database_in_thread,
+                args=(_pending,),
+                name="readyz-postgres",
+                daemon=True,
+            ).start()
+        future = _pending
+    try:
+        return future.result(timeout=timeout)
+    except TimeoutError:
+        log.warning("readyz: postgres failing: no answer within %s s", timeout)
+        return {"postgres": FAILING, "migrations": FAILING}
+
+
 def _check_redis() -> dict[str, str]:
     try:
         redis_client(timeout=REDIS_TIMEOUT).ping()
@@ -80,7 +123,7 @@ def _check_redis() -> dict[str, str]:
 
 def readiness(*, exclude: frozenset[str] = frozenset()) -> dict[str, str]:
     """Each check's name and ``ok`` or ``failing``, those in ``exclude`` left out."""
-    checks = {**_check_database(), **_check_redis()}
+    checks = {**_check_database_within(DATABASE_TIMEOUT), **_check_redis()}
     return {name: state for name, state in checks.items() if name not in exclude}
 
 

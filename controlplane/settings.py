@@ -90,10 +90,21 @@ DATABASE_MIGRATE_URL = os.environ.get("DATABASE_MIGRATE_URL", "") or DATABASE_UR
 DATABASE_ADMIN_URL = os.environ.get("DATABASE_ADMIN_URL", "") or DATABASE_MIGRATE_URL
 # Persistent connections are checked before a request reuses them: after a Postgres
 # restart, each process would otherwise fail one request on its dead connection.
+# A Postgres that accepts connections and never answers, or a query stuck on a
+# lock, must not hold a worker until gunicorn kills it (30 s): connecting gives up
+# after SLUICE_DB_CONNECT_TIMEOUT seconds, a statement after
+# SLUICE_DB_STATEMENT_TIMEOUT_MS (0: no limit); the API then answers 503.
+SLUICE_DB_CONNECT_TIMEOUT = env_int("SLUICE_DB_CONNECT_TIMEOUT", 5)
+SLUICE_DB_STATEMENT_TIMEOUT_MS = env_int("SLUICE_DB_STATEMENT_TIMEOUT_MS", 20000)
 DATABASES = {
     "default": dj_database_url.parse(
         DATABASE_URL, conn_max_age=60, conn_health_checks=True
     )
+}
+DATABASES["default"]["OPTIONS"] = {
+    "connect_timeout": SLUICE_DB_CONNECT_TIMEOUT,
+    "options": f"-c statement_timeout={SLUICE_DB_STATEMENT_TIMEOUT_MS}",
+    **DATABASES["default"].get("OPTIONS", {}),
 }
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
