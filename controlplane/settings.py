@@ -93,9 +93,11 @@ DATABASE_ADMIN_URL = os.environ.get("DATABASE_ADMIN_URL", "") or DATABASE_MIGRAT
 # A Postgres that accepts connections and never answers, or a query stuck on a
 # lock, must not hold a worker until gunicorn kills it (30 s): connecting gives up
 # after SLUICE_DB_CONNECT_TIMEOUT seconds, a statement after
-# SLUICE_DB_STATEMENT_TIMEOUT_MS (0: no limit); the API then answers 503.
+# SLUICE_DB_STATEMENT_TIMEOUT_MS (0: no limit); the API then answers 503. The web
+# processes get 20 s (gunicorn.conf.py); Celery tasks and commands, which may run
+# long statements on large rule sets, none unless it is set.
 SLUICE_DB_CONNECT_TIMEOUT = env_int("SLUICE_DB_CONNECT_TIMEOUT", 5)
-SLUICE_DB_STATEMENT_TIMEOUT_MS = env_int("SLUICE_DB_STATEMENT_TIMEOUT_MS", 20000)
+SLUICE_DB_STATEMENT_TIMEOUT_MS = env_int("SLUICE_DB_STATEMENT_TIMEOUT_MS", 0)
 DATABASES = {
     "default": dj_database_url.parse(
         DATABASE_URL, conn_max_age=60, conn_health_checks=True

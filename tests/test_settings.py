@@ -153,3 +153,34 @@ def test_make_developer_targets__turn_on_debug_and_private_webhooks(target):
     # Then they set DEBUG and SLUICE_WEBHOOK_ALLOW_PRIVATE, which default to off
     assert "DEBUG=${DEBUG:-1}" in recipe
     assert "SLUICE_WEBHOOK_ALLOW_PRIVATE=${SLUICE_WEBHOOK_ALLOW_PRIVATE:-1}" in recipe
+
+
+def test_database_statement_timeout__web_processes_only():
+    # Given the settings loaded after gunicorn.conf.py ran, as gunicorn's workers
+    # load them, and without it, as a command or a Celery worker does
+    environment = {
+        **{
+            k: v for k, v in os.environ.items() if k != "SLUICE_DB_STATEMENT_TIMEOUT_MS"
+        },
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+    }
+    report = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.DATABASES['default']['OPTIONS']['options'])"
+    )
+
+    def options(*, web: bool) -> str:
+        first = "exec(open('gunicorn.conf.py').read()); " if web else ""
+        return subprocess.run(
+            [sys.executable, "-c", first + report],
+            cwd=ROOT,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+        ).stdout.strip()
+
+    # Then a web request's statements stop after 20 s, under gunicorn's 30 s,
+    # and the others' are not cut
+    assert options(web=True) == "-c statement_timeout=20000"
+    assert options(web=False) == "-c statement_timeout=0"
