@@ -299,6 +299,12 @@ def test_access_log__envoy_decided_requests__recorded_once_each_as_the_gateway_s
         call = stub.ShouldRateLimit.future(request("initech", SEARCH), timeout=60)
         wait_deciding(service)
         call.cancel()
+        wait_until(  # grpc cancels the handler a moment later, Redis still held
+            lambda: health(service)["in_flight"] == 0,
+            timeout=60,
+            every=0.05,
+            why="the service to see the call cancelled",
+        )
         # ...and its access log then says it decided that request and another
         # one, which the service never saw
         logged = [
