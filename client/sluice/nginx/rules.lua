@@ -149,6 +149,19 @@ function Engine:match(method, path)
 end
 
 --- The most specific live policy for (tenant, route) at `now` (epoch seconds).
+
+-- The policy of a (scope, route) pair in force at ``now``: a live override, else
+-- the permanent one; nil when the pair is absent or has neither.
+local function in_force(pair, now)
+  if not pair then
+    return nil
+  end
+  if pair.override and now < pair.override.expires then
+    return pair.override
+  end
+  return pair.permanent
+end
+
 function Engine:resolve(tenant, route, now)
   local tier = tenant and self.tenants[tenant]
   local scopes = {}
@@ -160,25 +173,10 @@ function Engine:resolve(tenant, route, now)
   end
   scopes[#scopes + 1] = "default"
   for _, scope in ipairs(scopes) do
-    if route then
-      local pair = self.index[scope .. "\0" .. route.slug]
-      if pair then
-        if pair.override and now < pair.override.expires then
-          return pair.override
-        end
-        if pair.permanent then
-          return pair.permanent
-        end
-      end
-    end
-    local pair = self.index[scope .. "\0*"]
-    if pair then
-      if pair.override and now < pair.override.expires then
-        return pair.override
-      end
-      if pair.permanent then
-        return pair.permanent
-      end
+    local found = route and in_force(self.index[scope .. "\0" .. route.slug], now)
+    found = found or in_force(self.index[scope .. "\0*"], now)
+    if found then
+      return found
     end
   end
   error("no policy matched")
