@@ -10,6 +10,13 @@ answers 200 itself), on the same Redis:
 - **forward-auth**: ``docs/gateways/nginx.conf``: ``auth_request`` to the decision
   service (``sluice-decide``), which runs the same script.
 
+Two more, for capacity only, to say where a decision's cost goes: the **module
+answering itself** (the same configuration with ``proxy_pass`` replaced by a 204
+from Lua: decisions/s with no upstream, what the target against
+``redis-benchmark`` compares), and the **EVALSHA floor**: an ``access_by_lua``
+that only runs the same script with the same keys over a pooled lua-resty-redis
+connection, the least any Lua module making one Redis call per request costs.
+
 For each: requests per second at 64 connections (its capacity, measured with
 ``wrk`` when it is installed, ``apt-get install wrk``, else with the Python
 load generator of ``bench/gateways.py``, which is then the bottleneck), and the
@@ -86,21 +93,90 @@ def plain_nginx(workdir: Path, *, backend: int, limit: bool) -> servers.Process:
     return servers.Process([*command, "-c", str(config)], port)
 
 
-def redis_benchmark(port: int, bundle: Bundle, seconds: float) -> float:
-    """EVALSHA/s of the token-bucket script with a search request's keys and arguments,
-    50 clients, random tenants, as ``redis-benchmark`` measures it."""
-    client = redis.Redis(port=port)
+def answering_itself(process: servers.Process) -> servers.Process:
+    """``process`` (an nginx of the module) with its upstream replaced by a 204 from Lua."""
+    config = Path(process.command[-1])
+    text = config.read_text()
+    proxied = "proxy_pass http://backend;"
+    if proxied not in text:
+        raise RuntimeError(f"no {proxied!r} in {config}")
+    config.write_text(text.replace(proxied, "content_by_lua_block { ngx.exit(204) }"))
+    return process
+
+
+FLOOR = """daemon off;
+worker_processes 1;
+pid nginx.pid;
+error_log stderr warn;
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            access_by_lua_block {{
+                local ok, redis = pcall(require, "resty.redis")
+                if not ok then redis = require "nginx.redis" end
+                local red = redis:new()
+                red:set_timeout(1000)
+                assert(red:connect("127.0.0.1", {redis}, {{ pool_size = 64 }}))
+                local tenant = ngx.var.http_x_tenant or "t0"
+                assert(red:evalsha("{sha}", {keys}))
+                red:set_keepalive(60000, 64)
+            }}
+            content_by_lua_block {{ ngx.exit(204) }}
+        }}
+    }}
+}}
+"""
+
+
+def evalsha_floor(workdir: Path, redis_port: int, bundle: Bundle) -> servers.Process:
+    """nginx whose Lua only runs the token-bucket script of a search request by EVALSHA."""
+    client = redis.Redis(port=redis_port)
     sha = client.script_load(SCRIPT)
-    prepared = Engine(bundle.active).prepare(
+    prepared = search_request(bundle, "TENANT")
+    keys = [
+        '"' + key.replace("TENANT", '" .. tenant .. "') + '"' for key in prepared.keys
+    ]
+    args = [f'"{a.decode()}"' for a in prepared.plan.args]
+    port = free_port()
+    prefix = workdir / f"floor-{port}"
+    (prefix / "tmp").mkdir(parents=True)
+    config = prefix / "nginx.conf"
+    call = ", ".join([str(len(keys)), *keys, *args])
+    config.write_text(FLOOR.format(port=port, redis=redis_port, sha=sha, keys=call))
+    command = [servers.binary("nginx"), "-p", str(prefix), "-e", "stderr"]
+    return servers.Process([*command, "-c", str(config)], port)
+
+
+def search_request(bundle: Bundle, tenant: str):
+    """What the engine prepares for a search request of ``tenant``: keys and arguments."""
+    return Engine(bundle.active).prepare(
         route="search",
         method=None,
         path=None,
-        tenant="t__rand_int__",
+        tenant=tenant,
         user=None,
         api_key=None,
         ip="127.0.0.1",
         now=time.time(),
     )
+
+
+def redis_benchmark(port: int, bundle: Bundle, seconds: float) -> float:
+    """EVALSHA/s of the token-bucket script with a search request's keys and arguments,
+    50 clients, random tenants, as ``redis-benchmark`` measures it."""
+    client = redis.Redis(port=port)
+    sha = client.script_load(SCRIPT)
+    prepared = search_request(bundle, "t__rand_int__")
     args = [a.decode() for a in prepared.plan.args]
     requests = 200_000
     command = ["redis-benchmark", "-p", str(port), "-c", "50", "-r", str(TENANTS)]
@@ -189,6 +265,8 @@ async def measure(
     for share in (50, 90):
         for _ in range(repeats):
             for name, port in ports.items():
+                if name in CAPACITY_ONLY:
+                    continue
                 base = forward if name == "forward-auth" else module
                 ordered = await paced_latencies(port, base * share / 100, seconds)
                 latencies.setdefault((name, share), []).append(
@@ -196,6 +274,10 @@ async def measure(
                 )
     return capacity, latencies
 
+
+#: the variants measured for capacity only (where a decision's cost goes)
+ITSELF, FLOOR_NAME = "module answering itself", "EVALSHA floor"
+CAPACITY_ONLY = (ITSELF, FLOOR_NAME)
 
 #: µs of CPU per request, per gateway (nginx's worker; forward-auth: and the service's)
 CPU_PER_REQUEST: dict[str, list[float]] = {}
@@ -214,6 +296,8 @@ def report(
     )
     print("|---|---|---|---|")
     for name in capacity:
+        if name in CAPACITY_ONLY:
+            continue
         cells = [spread(capacity[name], 0)]
         for share in (50, 90):
             pairs = latencies[(name, share)]
@@ -244,11 +328,20 @@ def report(
         + ", ".join(f"{name} {spread(CPU_PER_REQUEST[name], 0)}" for name in capacity)
         + " (forward-auth: nginx and the decision service)"
     )
-    ratio = module / sorted(evalsha)[len(evalsha) // 2]
+    benchmark = sorted(evalsha)[len(evalsha) // 2]
+    itself = sorted(capacity[ITSELF])[len(capacity[ITSELF]) // 2]
+    floor = sorted(capacity[FLOOR_NAME])[len(capacity[FLOOR_NAME]) // 2]
     print(
         f"- redis-benchmark EVALSHA of the same script (50 clients): {spread(evalsha, 0)}/s; "
-        f"the module's decisions/s are {ratio:.2f} x that (target: at least 0.5); "
-        f"Redis spends {redis_us:.1f} µs per EVALSHA of the module's"
+        f"the module's decisions/s are {module / benchmark:.2f} x that proxying, "
+        f"{itself / benchmark:.2f} x answering itself ({spread(capacity[ITSELF], 0)}/s) "
+        f"(target: at least 0.5); Redis spends {redis_us:.1f} µs per EVALSHA of the module's"
+    )
+    print(
+        f"- the EVALSHA floor (Lua running only the script, answering itself): "
+        f"{spread(capacity[FLOOR_NAME], 0)}/s = {floor / benchmark:.2f} x redis-benchmark, "
+        f"{spread(CPU_PER_REQUEST[FLOOR_NAME], 0)} µs of CPU per request; the module "
+        f"answering itself reaches {itself / floor:.2f} x the floor"
     )
     print(
         f"- the module's capacity is {module / sorted(capacity['no limit'])[len(capacity['no limit']) // 2]:.2f} x "
@@ -303,6 +396,19 @@ def main() -> None:
                 backend=upstream.port,
                 http=service.http_port,
             ),
+            ITSELF: answering_itself(
+                servers.nginx_module(
+                    workdir,
+                    port=free_port(),
+                    backend=upstream.port,
+                    control_plane=control_plane,
+                    redis=store.port,
+                    token=rules_server.token,
+                    gateway_id="bench-nginx-itself",
+                    poll_interval=5.0,
+                )
+            ),
+            FLOOR_NAME: evalsha_floor(workdir, store.port, bundle),
         }
         for process in gateways.values():
             started.append(process.start())
