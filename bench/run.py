@@ -17,7 +17,10 @@ process and collects what it prints into ``var/bench/report.md``:
 7. Postgres restarted during a publish, on a private cluster (``bench/pg_restart.py``);
 8. health endpoints and the request log (``bench/health.py``);
 9. the audit log's hash chain: appends, verification (``bench/audit_chain.py``);
-10. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
+10. nginx enforcing with Sluice's Lua module (``bench/nginx_module.py``);
+11. the gateways through the decision service, Envoy (RLS and ext_authz), nginx,
+    HAProxy and Traefik, against their own limiters (``bench/gateway_speed.py``);
+12. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
 
 ``--quick`` shrinks every part (a smoke run of a few minutes). Never asserts
 on time; a part that fails is reported as failed and the others still run.
@@ -137,6 +140,12 @@ def parts(redis_url: str) -> list[Part]:
             ("-m", "bench.nginx_module", "--seconds", "3", "--repeats", "3"),
             ("--seconds", "1", "--repeats", "1"),
             timeout=600,
+        ),
+        Part(
+            "Gateway speed",
+            ("-m", "bench.gateway_speed", "--seconds", "3", "--repeats", "3"),
+            ("--quick",),
+            timeout=1500,
         ),
         Part(
             "Faults",
