@@ -13,7 +13,12 @@ is on (a development machine, or receivers on the operator's own network):
   private address is refused before anything is sent.
 
 Public means :attr:`ipaddress.IPv4Address.is_global`: not private, loopback,
-link-local, shared (CGNAT), reserved, multicast or unspecified.
+link-local, shared (CGNAT), reserved, multicast or unspecified. An IPv6 address
+that carries an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible
+``::a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``, Teredo ``2001::/32``)
+reaches that IPv4 address through a translator or tunnel, so it is public only
+when the IPv4 address is; the local-use NAT64 prefix ``64:ff9b:1::/48`` (RFC
+8215) translates to whatever the operator's network holds and is never public.
 """
 
 from __future__ import annotations
@@ -32,14 +37,29 @@ class PrivateAddress(OSError):
     """A webhook connection reached an address it may not (reported, never sent to)."""
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052, the well-known prefix
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215, local use
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated, still routed by some stacks
+
+
 def address_allowed(address: str) -> bool:
     """Whether a webhook may be sent to IP ``address``."""
     if settings.SLUICE_WEBHOOK_ALLOW_PRIVATE:
         return True
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ip.is_global
+    if ip in _NAT64_LOCAL:
+        return False
+    return ip.is_global and all(v4.is_global for v4 in _embedded_ipv4(ip))
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses a packet to ``ip`` may end up at, through a translator or tunnel."""
+    found = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    if ip in _NAT64 or ip in _IPV4_COMPATIBLE:
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return [v4 for v4 in found if v4 is not None]
 
 
 def url_problem(url: str) -> str | None:

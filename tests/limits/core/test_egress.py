@@ -35,6 +35,16 @@ def private_refused(settings):
         "http://[::1]:6379/",
         "http://[::ffff:192.168.1.10]/hook",  # a private IPv4 written as IPv6
         "http://100.64.0.1/hook",  # shared address space (carrier-grade NAT)
+        # IPv6 forms that reach an IPv4 address through a translator or tunnel
+        "http://[64:ff9b::7f00:1]/hook",  # NAT64 of 127.0.0.1
+        "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",  # NAT64 of the metadata service
+        "http://[64:ff9b:1::a00:1]/hook",  # local-use NAT64 (RFC 8215)
+        "http://[2002:a9fe:a9fe::1]/latest/meta-data/",  # 6to4 of 169.254.169.254
+        "http://[2002:7f00:1::]/hook",  # 6to4 of 127.0.0.1
+        "http://[::127.0.0.1]/hook",  # IPv4-compatible loopback
+        "http://[::a9fe:a9fe]/latest/meta-data/",  # IPv4-compatible metadata service
+        "http://[::ffff:169.254.169.254]/latest/meta-data/",  # IPv4-mapped
+        "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook",  # Teredo to 127.0.0.1
     ],
 )
 @pytest.mark.django_db
@@ -82,6 +92,8 @@ def test_webhook_post__private_allowed__delivered(settings, receiver):
 def test_address_allowed__public_and_private(private_refused):
     assert address_allowed("93.184.215.14")
     assert address_allowed("2606:4700:4700::1111")
+    assert address_allowed("64:ff9b::5db8:d70e")  # NAT64 of a public IPv4 address
+    assert address_allowed("2002:5db8:d70e::1")  # 6to4 of a public IPv4 address
     assert not address_allowed("192.168.0.1")
     assert not address_allowed("fe80::1%eth0")
     assert url_problem("https://hooks.example.test/x") is None
