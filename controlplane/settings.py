@@ -300,6 +300,9 @@ SLUICE_OVERRIDE_GRACE_DAYS = env_int("SLUICE_OVERRIDE_GRACE_DAYS", 7)
 SLUICE_OVERRIDE_INTERVAL = env_int("SLUICE_OVERRIDE_INTERVAL", 600)
 #: When set, GET /metrics requires "Authorization: Bearer <this token>".
 SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
+#: Without a token, GET /metrics answers only clients in these networks (loopback),
+#: and only requests that did not come through an untrusted proxy.
+SLUICE_METRICS_NETWORKS = env_list("SLUICE_METRICS_NETWORKS", "127.0.0.0/8,::1")
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")

@@ -39,7 +39,9 @@ class PrivateAddress(OSError):
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052, the well-known prefix
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215, local use
-_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated, still routed by some stacks
+_IPV4_COMPATIBLE = ipaddress.IPv6Network(
+    "::/96"
+)  # deprecated, still routed by some stacks
 
 
 def address_allowed(address: str) -> bool:

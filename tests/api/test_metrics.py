@@ -73,3 +73,53 @@ def test_metrics__token_set__401_without_it(client, settings):
 def test_metric_increment__unknown_counter__refused():
     with pytest.raises(ValueError, match="not a counter"):
         metric_increment("sluice_made_up_total")
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"REMOTE_ADDR": "203.0.113.9"},  # a public client, straight to gunicorn
+        {"REMOTE_ADDR": "10.1.2.3"},  # another machine of the network
+        # a reverse proxy on this machine, forwarding anyone's request
+        {"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "203.0.113.9"},
+        {"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "127.0.0.1"},
+    ],
+)
+def test_metrics__no_token__remote_or_proxied_client__403(client, settings, meta):
+    # Given the defaults: no metrics token
+    settings.SLUICE_METRICS_TOKEN = ""
+    # When a client not on this machine, or one behind a proxy, scrapes
+    response = client.get("/metrics", **meta)
+    # Then nothing is exposed, and the answer says how to allow a scraper
+    assert response.status_code == 403
+    assert "SLUICE_METRICS_TOKEN" in response.content.decode()
+
+
+def test_metrics__no_token__loopback_or_configured_network__200(client, settings):
+    settings.SLUICE_METRICS_TOKEN = ""
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="::1").status_code == 200
+    # Prometheus in the operator's network, named in SLUICE_METRICS_NETWORKS
+    settings.SLUICE_METRICS_NETWORKS = ["127.0.0.0/8", "10.0.0.0/8"]
+    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
+    # through a proxy the control plane trusts, the forwarded client is judged
+    settings.SLUICE_TRUSTED_PROXIES = ["127.0.0.1"]
+    proxied = {"REMOTE_ADDR": "127.0.0.1"}
+    assert (
+        client.get("/metrics", HTTP_X_FORWARDED_FOR="10.9.9.9", **proxied).status_code
+        == 200
+    )
+    assert (
+        client.get(
+            "/metrics", HTTP_X_FORWARDED_FOR="203.0.113.9", **proxied
+        ).status_code
+        == 403
+    )
+
+
+def test_metrics__token_set__remote_client_with_it__200(client, settings):
+    settings.SLUICE_METRICS_TOKEN = "s3cret"
+    response = client.get(
+        "/metrics", REMOTE_ADDR="203.0.113.9", HTTP_AUTHORIZATION="Bearer s3cret"
+    )
+    assert response.status_code == 200
