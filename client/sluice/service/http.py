@@ -40,11 +40,19 @@ would have held are freed at once.
 process id, the calls it is deciding and how many calls their gateway stopped
 waiting for. Any other
 path is a 404; a request that cannot be read is decided with what can be.
+
+Who may ask: a peer outside the allowed networks (``--allow-from``, by default
+:data:`ALLOWED_NETWORKS`: loopback and the private ranges a gateway beside the
+service lives in) gets 403 on every path, whatever it sends; the peer is the TCP
+peer, never ``X-Forwarded-For``. With a token (``--http-token-file``), ``/v1/decide``
+and ``/v1/release`` also need ``Sluice-Token: <token>`` (401 without it):
+``Authorization`` is the client's own header, which forward-auth passes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
@@ -56,7 +64,14 @@ from sluice.identity import TrustedProxies
 from .decider import Decider, release_token
 from .request import HeaderNames, bad_input, from_headers, headers_of
 
-__all__ = ["BUDGET", "DECIDE_PATH", "RELEASE_PATH", "DecisionApp"]
+__all__ = [
+    "ALLOWED_NETWORKS",
+    "BUDGET",
+    "DECIDE_PATH",
+    "RELEASE_PATH",
+    "TOKEN",
+    "DecisionApp",
+]
 
 logger = logging.getLogger("sluice.service")
 
@@ -67,6 +82,19 @@ RELEASE = "Sluice-Release"
 #: The status Sluice decided: on every answer to an ext_authz check (the mark of
 #: Sluice's answers in Envoy's access log), and on a refusal sent as another status.
 STATUS = "Sluice-Status"
+#: The header a gateway sends the service's shared token in (``--http-token-file``).
+TOKEN = "Sluice-Token"
+#: The peers served by default: loopback, RFC 1918 and unique-local IPv6, where a
+#: gateway asking the service lives; a public address needs ``--allow-from``.
+ALLOWED_NETWORKS = (
+    "127.0.0.0/8",
+    "::1/128",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "fc00::/7",
+)
+_WARNED_PEERS = 64  #: refused peers logged once each, up to this many
 #: Seconds a forward-auth decision may take by default: under the documented
 #: timeouts of the gateways for the service (HAProxy 250 ms, nginx 1 s).
 BUDGET = 0.1
@@ -87,11 +115,16 @@ class DecisionApp:
         names: HeaderNames | None = None,
         trusted_proxies: Iterable[str] = (),
         budget: float = BUDGET,
+        allowed: Iterable[str] = ALLOWED_NETWORKS,
+        token: str = "",
     ) -> None:
         self.decider = decider
         self.names = names or HeaderNames()
         self.trusted = TrustedProxies(trusted_proxies)
         self.budget = budget
+        self.allowed = TrustedProxies(allowed)  # a set of networks, as proxies are
+        self.token = token.encode()
+        self._refused: set[str] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -99,6 +132,10 @@ class DecisionApp:
         if scope["type"] != "http":
             return None
         path = scope.get("path", "")
+        if not self.peer_allowed(scope):
+            return await _send(send, 403, [], b"")
+        if path != "/healthz" and not self.token_given(scope):
+            return await _send(send, 401, [], b"")
         try:
             if path == DECIDE_PATH:
                 return await self.decide(scope, receive, send)
@@ -123,6 +160,25 @@ class DecisionApp:
             logger.exception("service.http_failed: %s", path)
             return await _send(send, 500, [], b"")
         return await _send(send, 404, [], b"")
+
+    def peer_allowed(self, scope: Scope) -> bool:
+        """Whether the TCP peer is in the allowed networks (refusals logged once per peer)."""
+        peer = scope.get("client")
+        address = peer[0] if peer else None
+        if address in self.allowed:
+            return True
+        if len(self._refused) < _WARNED_PEERS and str(address) not in self._refused:
+            self._refused.add(str(address))
+            logger.warning("service.peer_refused: %s is outside --allow-from", address)
+        return False
+
+    def token_given(self, scope: Scope) -> bool:
+        """Whether the request carries the shared token, when the service has one."""
+        if not self.token:
+            return True
+        wanted = TOKEN.lower().encode("latin-1")
+        given = next((v for n, v in scope.get("headers") or () if n == wanted), b"")
+        return hmac.compare_digest(given, self.token)
 
     async def decide(
         self, scope: Scope, receive: Receive, send: Send, *, ext_authz: bool = False

@@ -39,7 +39,7 @@ from sluice.pipelining import DEFAULT_MAX_BATCH
 from sluice.source import SnapshotSource
 
 from .decider import Decider
-from .http import BUDGET, DecisionApp
+from .http import ALLOWED_NETWORKS, BUDGET, DecisionApp
 from .request import DescriptorKeys, HeaderNames, parse_mapping
 from .workers import check_free, listening_socket, supervise
 
@@ -104,6 +104,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "for from that log only",
     )
     add("--trusted-proxy", action="append", default=[], metavar="CIDR")
+    add(
+        "--allow-from",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="peers the HTTP face answers (repeat; default loopback and private "
+        "networks: " + ", ".join(ALLOWED_NETWORKS) + "); others get 403",
+    )
+    add(
+        "--http-token-file",
+        help="file holding a shared token the HTTP face requires in Sluice-Token",
+    )
+    add("--tls-cert", help="PEM certificate: the HTTP face speaks HTTPS")
+    add("--tls-key", help="PEM private key of --tls-cert")
+    add("--tls-client-ca", help="PEM CAs: the HTTP face requires a client certificate")
     add("--descriptor", action="append", default=[], metavar="FIELD=KEY")
     add("--header", action="append", default=[], metavar="FIELD=NAME[,NAME]")
     add("--no-pipelining", action="store_true", help="one Redis call per decision")
@@ -141,8 +156,12 @@ class Service:
 
 def _token(args: argparse.Namespace) -> str:
     if args.token_file:
-        return Path(args.token_file).read_text(encoding="utf-8").strip()
+        return _read(args.token_file)
     return str(args.token)
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8").strip()
 
 
 def build(args: argparse.Namespace) -> Service:
@@ -185,6 +204,8 @@ def build(args: argparse.Namespace) -> Service:
         names=header_names(args.header),
         trusted_proxies=args.trusted_proxy,
         budget=args.budget,
+        allowed=args.allow_from or ALLOWED_NETWORKS,
+        token=_read(args.http_token_file) if args.http_token_file else "",
     )
     keys = parse_mapping(args.descriptor, DescriptorKeys())
     return Service(source, limiter, events, decider, keys, app)
@@ -216,7 +237,8 @@ async def serve(
     )
     try:
         if http_at is not None:
-            await _serve_http(service, listening_socket(*http_at, shared=shared))
+            sock = listening_socket(*http_at, shared=shared)
+            await _serve_http(service, sock, args)
         else:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -249,7 +271,11 @@ async def _start_grpc(
     return server
 
 
-async def _serve_http(service: Service, sock: socket.socket) -> None:
+async def _serve_http(
+    service: Service, sock: socket.socket, args: argparse.Namespace
+) -> None:
+    import ssl
+
     import uvicorn
 
     config = uvicorn.Config(
@@ -262,6 +288,10 @@ async def _serve_http(service: Service, sock: socket.socket) -> None:
         # the client address is the peer's, or X-Forwarded-For's behind a
         # --trusted-proxy (DecisionApp); uvicorn must not rewrite it first
         proxy_headers=False,
+        ssl_certfile=args.tls_cert,
+        ssl_keyfile=args.tls_key,
+        ssl_ca_certs=args.tls_client_ca,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if args.tls_client_ca else ssl.CERT_NONE,
     )
     await uvicorn.Server(config).serve(sockets=[sock])
 
