@@ -159,16 +159,17 @@ class BundleFile:
         self._stamp: float | None = None
         self._next_check = 0.0
 
-    def current(self) -> Snapshot:
-        now = time.monotonic()
-        if now >= self._next_check:
-            self._next_check = now + self.check_every
+    def current(self, now: float | None = None) -> Snapshot:
+        """The snapshot in force at ``now`` (the limiter's clock for the rules)."""
+        checked = time.monotonic()
+        if checked >= self._next_check:
+            self._next_check = checked + self.check_every
             self._reload()
-        return self._bundle.in_force(time.time())
+        return self._bundle.in_force(time.time() if now is None else now)
 
-    def upcoming(self) -> Snapshot | None:
+    def upcoming(self, now: float | None = None) -> Snapshot | None:
         """The next scheduled snapshot, which the limiter rehearses."""
-        return self._bundle.upcoming(time.time())
+        return self._bundle.upcoming(time.time() if now is None else now)
 
     def _reload(self) -> None:
         try:

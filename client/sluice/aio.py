@@ -66,6 +66,7 @@ class AsyncLimiter(LimiterCore):
         self._release = AsyncScript(client, RELEASE, pipeline=self.pipeline)
         self._charge = AsyncScript(client, CHARGE)  # the backlog's: not batched
         self._settling: asyncio.Task[None] | None = None
+        self._time_asking: asyncio.Future[None] | None = None  #: Redis TIME, once
 
     async def decide(
         self,
@@ -87,12 +88,29 @@ class AsyncLimiter(LimiterCore):
         up, and the route's failure mode decides, as when Redis fails (see
         :meth:`out_of_time`); a request already past it never reaches Redis.
         """
+        if self.needs_time:
+            await self.ask_time()
         engine, prepared = self.prepare(
             route, method, path, tenant, user, api_key, ip, cost
         )
         return self.record(
             tenant, await self.decide_prepared(engine, prepared, deadline)
         )
+
+    async def ask_time(self) -> None:
+        """Ask Redis its time once, before the first decision (see :meth:`rules_time`);
+        decisions arriving while it is asked wait for the same answer."""
+        if self._time_asking is None:
+            self._time_asking = asyncio.ensure_future(self._ask_time())
+        await asyncio.shield(self._time_asking)
+
+    async def _ask_time(self) -> None:
+        try:
+            reply = await self.bucket.client.time()
+        except STORE_ERRORS as exc:
+            logger.warning("limiter.time_unknown: %s: %s", type(exc).__name__, exc)
+            reply = None
+        self.time_told(reply)
 
     async def decide_prepared(
         self, engine: Engine, prepared: Prepared, deadline: float | None = None

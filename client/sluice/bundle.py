@@ -39,13 +39,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class SnapshotProvider(Protocol):
-    """Anything that hands a limiter the snapshot in force right now.
+    """Anything that hands a limiter the snapshot in force at ``now``.
 
-    A provider may also offer ``upcoming() -> Snapshot | None``, the next
+    ``now`` (epoch seconds) is the limiter's clock for the rules, Redis's
+    (:meth:`.limiter.LimiterCore.rules_time`); None: the provider's own. A
+    provider may also offer ``upcoming(now=None) -> Snapshot | None``, the next
     scheduled snapshot: limiters then rehearse it (:mod:`.rehearsal`).
     """
 
-    def current(self) -> Snapshot: ...
+    def current(self, now: float | None = None) -> Snapshot: ...
 
 
 def fallback_snapshot() -> Snapshot:
@@ -91,6 +93,11 @@ class Bundle:
             (s for t, s in zip(self._times, self.scheduled, strict=True) if t > now),
             None,
         )
+
+    def in_force_since(self, now: float) -> float:
+        """Epoch seconds from which :meth:`in_force` has held its answer for ``now``
+        (minus infinity for the active snapshot)."""
+        return max((t for t in self._times if t <= now), default=float("-inf"))
 
     def next_switch(self, now: float) -> float:
         """Epoch seconds of the next scheduled switch after ``now``; infinity if none."""
@@ -184,7 +191,8 @@ def read_bundle_file(path: Path) -> tuple[Bundle, str | None]:
 class StaticSource:
     """A provider over a fixed bundle (or one snapshot): tests, scripts, benchmarks.
 
-    Scheduled snapshots still switch at their effective time, by ``wall`` time.
+    Scheduled snapshots still switch at their effective time: by the limiter's
+    clock for the rules, or ``wall`` time when asked without one.
     """
 
     def __init__(
@@ -196,9 +204,9 @@ class StaticSource:
         self.bundle = rules if isinstance(rules, Bundle) else Bundle(rules)
         self._wall = wall
 
-    def current(self) -> Snapshot:
-        return self.bundle.in_force(self._wall())
+    def current(self, now: float | None = None) -> Snapshot:
+        return self.bundle.in_force(self._wall() if now is None else now)
 
-    def upcoming(self) -> Snapshot | None:
+    def upcoming(self, now: float | None = None) -> Snapshot | None:
         """The next scheduled snapshot, rehearsed beside the one in force (see :mod:`.rehearsal`)."""
-        return self.bundle.upcoming(self._wall())
+        return self.bundle.upcoming(self._wall() if now is None else now)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import redis
 import redis.asyncio
@@ -67,6 +67,12 @@ class LimiterCore:
     ``reject_cache`` turns the cache of rejected buckets off when False;
     ``clock`` (monotonic seconds) times that cache and the leases, and carries
     Redis's clock between replies (:meth:`store_time`).
+
+    One clock for the rules: which scheduled snapshot is in force and whether an
+    override has expired are judged by :meth:`rules_time`, Redis's clock, the
+    one every gateway shares, so gateways whose own clocks disagree by an hour
+    still enforce the same rules at the same moment. ``wall`` (the gateway's
+    own clock) is used only until Redis has told its time once.
     """
 
     def __init__(
@@ -97,6 +103,7 @@ class LimiterCore:
         self._wall = wall
         self._clock = clock
         self._offset: float | None = None  #: Redis epoch seconds minus ``clock``
+        self._time_asked = False  #: Redis TIME was asked before the first decision
         self._engine: Engine | None = None
         self._node_of: Callable[[str], str] | None = None  #: key -> cluster node name
         self._node_breakers: dict[str, CircuitBreaker] = {}
@@ -134,7 +141,7 @@ class LimiterCore:
 
     def engine(self) -> Engine:
         """The engine of the snapshot in force; rebuilt only when the snapshot changes."""
-        snapshot = self.source.current()
+        snapshot = self.source.current(self.rules_time())
         engine = self._engine
         if engine is None or engine.snapshot is not snapshot:
             engine = self._engine = Engine(
@@ -151,7 +158,7 @@ class LimiterCore:
         takes effect, which changes the snapshot in force too.
         """
         upcoming = getattr(self.source, "upcoming", None)
-        return upcoming() if upcoming is not None else None
+        return upcoming(self.rules_time()) if upcoming is not None else None
 
     def now(self) -> int:
         """Monotonic microseconds: the time base of the reject cache and the leases."""
@@ -169,6 +176,27 @@ class LimiterCore:
         so a gateway whose own clock is off changes nothing they see."""
         offset = self._offset
         return 0.0 if offset is None else self._clock() + offset
+
+    def rules_time(self) -> float:
+        """Now for the rules' own times (epoch seconds): Redis's clock, carried from
+        the last reply by ``clock``; ``wall`` before Redis has answered once."""
+        offset = self._offset
+        return self._wall() if offset is None else self._clock() + offset
+
+    @property
+    def needs_time(self) -> bool:
+        """Whether Redis has not told its time yet and has not been asked for it."""
+        return self._offset is None and not self._time_asked
+
+    def time_told(self, reply: Any) -> None:
+        """Note Redis's answer to ``TIME`` (seconds, microseconds; a cluster client:
+        one per node), or None when it could not be asked: ``wall`` then serves
+        until a script replies."""
+        self._time_asked = True
+        if isinstance(reply, dict):  # every node's: they share one clock source
+            reply = next(iter(reply.values()), None)
+        if reply is not None:
+            self.observe(int(reply[0]) * 1_000_000 + int(reply[1]))
 
     def cached_rejection(self, engine: Engine, prepared: Prepared) -> Decision | None:
         """A rejection decided from the reject cache, or None (ask Redis)."""
@@ -273,7 +301,7 @@ class LimiterCore:
             user=user,
             api_key=api_key,
             ip=ip,
-            now=self._wall(),
+            now=self.rules_time(),
             cost=cost,
         )
         return engine, prepared
@@ -332,8 +360,9 @@ class Limiter(LimiterCore):
 
     ``rules`` is a :class:`~.source.SnapshotSource` (or any provider), or a fixed
     snapshot or bundle. ``unmatched`` is the failure mode of requests that match
-    no route. ``wall`` is the clock overrides expire by (epoch seconds). Other
-    options: see :class:`LimiterCore`.
+    no route. ``wall`` is the gateway's own clock (epoch seconds), used for the
+    rules' times only until Redis has told its time (:meth:`LimiterCore.rules_time`).
+    Other options: see :class:`LimiterCore`.
     """
 
     def __init__(
@@ -382,10 +411,21 @@ class Limiter(LimiterCore):
         instead. A decision whose ``held`` is set holds concurrency slots:
         pass it to :meth:`release` when the response ends.
         """
+        if self.needs_time:
+            self.ask_time()
         engine, prepared = self.prepare(
             route, method, path, tenant, user, api_key, ip, cost
         )
         return self.record(tenant, self._decide(engine, prepared))
+
+    def ask_time(self) -> None:
+        """Ask Redis its time once, before the first decision (see :meth:`rules_time`)."""
+        try:
+            reply = self.bucket.client.time()
+        except STORE_ERRORS as exc:
+            logger.warning("limiter.time_unknown: %s: %s", type(exc).__name__, exc)
+            reply = None
+        self.time_told(reply)
 
     def _decide(self, engine: Engine, prepared: Prepared) -> Decision:
         if self.rejections.entries:

@@ -13,9 +13,11 @@ headers. Promises:
   what it enforced before; a corrupt file is ignored with one log line;
 - with nothing at all, :func:`.bundle.fallback_snapshot` applies: strict, never
   unlimited;
-- scheduled snapshots take over at their effective time by the wall clock,
-  even while the control plane is unreachable; expired overrides stop
-  applying because the resolver is given the time.
+- scheduled snapshots take over at their effective time, even while the
+  control plane is unreachable, and expired overrides stop applying, both
+  judged by the time the limiter gives (Redis's clock, shared by every
+  gateway: :meth:`.limiter.LimiterCore.rules_time`); ``wall`` only when asked
+  without one.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ class SnapshotSource:
         self.unsaved: tuple[Bundle, str | None] | None = None
         self._rejected: tuple[int, str] | None = None  #: reported on the next poll
         self._write_failed = False  #: the last write of cache_path failed
-        self._state: tuple[Snapshot, float, Bundle]  #: in force, next switch, bundle
+        #: in force, from when, until when (the next switch), bundle
+        self._state: tuple[Snapshot, float, float, Bundle]
         bundle = self._read_cache() or Bundle(fallback_snapshot())
         self._install(bundle)
 
@@ -107,28 +110,28 @@ class SnapshotSource:
 
     @property
     def bundle(self) -> Bundle:
-        return self._state[2]
+        return self._state[3]
 
-    def current(self) -> Snapshot:
-        """The snapshot in force now: one comparison unless a scheduled switch is due."""
+    def current(self, now: float | None = None) -> Snapshot:
+        """The snapshot in force at ``now`` (default: ``wall``): one comparison
+        unless a scheduled switch is due."""
         state = self._state
-        now = self._wall()
-        if now < state[1]:
+        if now is None:
+            now = self._wall()
+        if state[1] <= now < state[2]:
             return state[0]
-        bundle = state[2]
-        fresh = (bundle.in_force(now), bundle.next_switch(now), bundle)
+        fresh = _state_at(state[3], now)
         with self._lock:
             if self._state is state:  # a poll may have installed a new bundle meanwhile
                 self._state = fresh
         return fresh[0]
 
-    def upcoming(self) -> Snapshot | None:
+    def upcoming(self, now: float | None = None) -> Snapshot | None:
         """The next scheduled snapshot, which limiters rehearse (:mod:`.rehearsal`)."""
-        return self.bundle.upcoming(self._wall())
+        return self.bundle.upcoming(self._wall() if now is None else now)
 
     def _install(self, bundle: Bundle) -> None:
-        now = self._wall()
-        state = (bundle.in_force(now), bundle.next_switch(now), bundle)
+        state = _state_at(bundle, self._wall())
         with self._lock:
             self._state = state
 
@@ -303,3 +306,15 @@ def _claimed_version(body: bytes) -> int | None:
 
 def _one_line(text: str, limit: int = 200) -> str:
     return _UNPRINTABLE.sub(" ", text).strip()[:limit]
+
+
+def _state_at(bundle: Bundle, now: float) -> tuple[Snapshot, float, float, Bundle]:
+    """What :meth:`SnapshotSource.current` keeps: the snapshot in force at ``now``
+    and the times between which it stays so (a limiter's clock may be behind the
+    one it was worked out by)."""
+    return (
+        bundle.in_force(now),
+        bundle.in_force_since(now),
+        bundle.next_switch(now),
+        bundle,
+    )

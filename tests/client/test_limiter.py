@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 import pytest
 
 from sluice import Bundle, FailureMode, Limiter, Outcome, Route
 from tests.celery_fixtures import wait_until
+from tests.client.clock import moment, redis_time
 from tests.client.factories import (
-    PUBLISHED,
     ROUTES,
     limit,
     policy,
@@ -161,17 +160,21 @@ def test_decide__tenant_moves_tier__keeps_its_bucket(store):
 
 
 def test_decide__override_expires__falls_back_to_tier_policy(store):
-    # Given an override for acme that expires at a known time
-    expires = PUBLISHED + timedelta(days=1)
+    # Given an override for acme that expires 2 s from now on Redis's clock
+    expires = moment(int(redis_time(store)) + 2)
     override = policy(
         "tenant:acme", "search", limit("tenant", 1000, 1, 1000), expires_at=expires
     )
     tier = policy("tier:pro", "search", limit("tenant", 5, 1, 5))
-    clock = [expires.timestamp() - 1]
-    limiter = limiter_for(store, override, tier, wall=lambda: clock[0])
+    limiter = limiter_for(store, override, tier)
     live = limiter.decide(route="search", tenant="acme")
-    # When the wall clock passes the expiry
-    clock[0] = expires.timestamp() + 1
+    # When Redis's clock passes the expiry
+    wait_until(
+        lambda: redis_time(store) > expires.timestamp(),
+        timeout=60,
+        every=0.05,
+        why="Redis's clock past the expiry",
+    )
     expired = limiter.decide(route="search", tenant="acme")
     # Then the tier policy applies, on the same tenant bucket
     assert live.policy.is_override
@@ -287,19 +290,23 @@ def test_decide__script_flushed__reloads_and_decides(store):
 
 
 def test_decide__scheduled_snapshot__switches_at_its_effective_time(store):
-    # Given a bundle whose next snapshot takes effect at a known time
-    later = PUBLISHED + timedelta(hours=1)
+    # Given a bundle whose next snapshot takes effect 2 s from now on Redis's clock
+    later = moment(int(redis_time(store)) + 2)
     active = snapshot(rules(policy("default", "search", limit("ip", 5, 60, 5))))
     scheduled = snapshot(
         rules(policy("default", "search", limit("ip", 7, 60, 7))),
         version=2,
         effective_at=later,
     )
-    clock = [later.timestamp() - 1]
-    limiter = Limiter(store.client, Bundle(active, (scheduled,)), wall=lambda: clock[0])
+    limiter = Limiter(store.client, Bundle(active, (scheduled,)))
     before = limiter.decide(route="search", ip="10.0.0.1")
     # When the time comes
-    clock[0] = later.timestamp()
+    wait_until(
+        lambda: redis_time(store) >= later.timestamp(),
+        timeout=60,
+        every=0.05,
+        why="Redis's clock at the effective time",
+    )
     after = limiter.decide(route="search", ip="10.0.0.1")
     # Then the limiter enforces the scheduled snapshot on its own
     assert (before.snapshot_version, before.limit) == (1, 5)

@@ -10,7 +10,7 @@ import asyncio
 import json
 import re
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import redis
@@ -28,6 +28,8 @@ from sluice import (
 )
 from sluice.bucket import connect
 from sluice.headers import rate_limit_headers
+from tests.celery_fixtures import wait_until
+from tests.client.clock import moment, redis_time
 from tests.client.factories import (
     PUBLISHED,
     REDIS_TIMEOUT,
@@ -226,9 +228,8 @@ def test_decide__redis_down__failure_mode_applies_and_rehearsal_skipped():
 
 
 def test_decide__scheduled_version_takes_effect__rehearses_the_next_one(store):
-    # Given version 2 scheduled 10 s from now and version 3 10 s after it
-    start = time.time()
-    clock = [start]
+    # Given version 2 scheduled 2 s from now on Redis's clock, and version 3 an hour later
+    start = int(redis_time(store))
 
     def version(number, rate, at=PUBLISHED):
         search = policy("default", "search", limit("tenant", rate, 60, rate))
@@ -236,21 +237,22 @@ def test_decide__scheduled_version_takes_effect__rehearses_the_next_one(store):
 
     bundle = Bundle(
         version(1, 9),
-        (version(2, 4, at=moment(start + 10)), version(3, 1, at=moment(start + 20))),
+        (version(2, 4, at=moment(start + 2)), version(3, 1, at=moment(start + 3600))),
     )
-    limiter = Limiter(store.client, bundle, wall=lambda: clock[0])
+    limiter = Limiter(store.client, bundle)
     # When a request comes before version 2 takes effect, then one after
     before = limiter.decide(route="search", tenant="acme")
-    clock[0] = start + 15
+    wait_until(
+        lambda: redis_time(store) >= start + 2,
+        timeout=60,
+        every=0.05,
+        why="Redis's clock at version 2's time",
+    )
     after = limiter.decide(route="search", tenant="acme")
     # Then the first was decided by 1 and rehearsed 2, the second decided by 2 and
     # rehearsed 3
     assert (before.snapshot_version, before.rehearsed.version) == (1, 2)
     assert (after.snapshot_version, after.rehearsed.version) == (2, 3)
-
-
-def moment(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, UTC)
 
 
 @pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "unbatched"])

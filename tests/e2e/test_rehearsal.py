@@ -3,7 +3,7 @@
 One fixed schedule of requests goes through two real limiters in lockstep, on
 real Redis, with their decision events rolled up into Postgres by the real
 aggregation: one gateway while the lowering is scheduled (rehearsed in shadow),
-and one whose clock is past the effective time (the lowering in force), on a
+and one where the lowering has taken effect (it alone, in force), on a
 database of its own so that their buckets are apart. Each request is decided by
 both, one right after the other: the rehearsal and the truth see the same
 arrivals, so a loaded machine that plays the schedule late or in bunches
@@ -26,7 +26,7 @@ from limits.models import DecisionMinute, Limit
 from limits.publishing.services import snapshot_publish
 from limits.traffic.rehearsal import rehearsal_figures
 from limits.traffic.stats import decision_stream_aggregate
-from sluice import DecisionEvents, Limiter
+from sluice import Bundle, DecisionEvents, Limiter
 from sluice.bucket import connect
 from sluice.bundle import parse_bundle_bytes
 
@@ -71,16 +71,16 @@ def test_rehearsal__lowering_scheduled_then_in_force__foretells_its_rejections(
     lowering, redis_server, redis_client
 ):
     # Given a gateway's limiter and decision events on real Redis, version 1 in
-    # force and the lowering (version 2) scheduled, and a gateway whose clock is
-    # past version 2's effective time, its buckets on another database
+    # force and the lowering (version 2) scheduled, and a gateway where version 2
+    # has taken effect, its buckets on another database
     client = connect(redis_server.url, timeout=1.0)
     in_force_client = connect(redis_server.url.removesuffix("/0") + "/1", timeout=1.0)
     in_force_client.flushdb()
     events = DecisionEvents(client, gateway_id="rehearsal-gw")
     since = timezone.now() - timedelta(minutes=1)
     rehearsing = Limiter(client, lowering, events=events)
-    in_force = Limiter(
-        in_force_client, lowering, events=events, wall=lambda: time.time() + 2 * 86400
+    in_force = Limiter(  # version 2 alone: as once its time has come
+        in_force_client, Bundle(lowering.scheduled[0]), events=events
     )
     # When acme's traffic goes through both, each request to one then the other
     before, after = send(rehearsing, in_force)

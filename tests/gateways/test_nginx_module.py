@@ -430,3 +430,56 @@ def wait_applied(rules_server) -> None:
         every=0.05,
         why="the rules to be applied",
     )
+
+
+def _free_search_burst(active: Snapshot, burst: int) -> tuple:
+    return tuple(
+        replace(p, limits=(replace(p.limits[0], burst=burst),))
+        if (p.scope, p.route) == ("tier:free", "search")
+        else p
+        for p in active.rules.policies
+    )
+
+
+@pytest.mark.parametrize("skew", [3600, -3600], ids=["an_hour_ahead", "an_hour_behind"])
+def test_nginx_module__clock_an_hour_off__versions_judged_by_redis_time(
+    redis_server, redis_client, backend, tmp_path, cache_dir, rules_server, skew
+):
+    # Given version N+1 (tier free's search burst 5) in effect for half an hour on
+    # Redis's clock and version N+2 (burst 7) due in half an hour
+    now = redis_client.time()[0]
+    active = corpus.snapshot()
+
+    def version(offset: int, burst: int, at: int) -> Snapshot:
+        return Snapshot.build(
+            version=corpus.VERSION + offset,
+            parent=corpus.VERSION + offset - 1,
+            published_at=corpus.PUBLISHED,
+            effective_at=datetime.fromtimestamp(at, UTC),
+            rules=replace(active.rules, policies=_free_search_burst(active, burst)),
+        )
+
+    rules_server.serve(
+        Bundle(active, (version(1, 5, now - 1800), version(2, 7, now + 1800)))
+    )
+    # and nginx whose own clock is an hour off (the module's clock_offset seam)
+    port = free_port()
+    process = servers.nginx_module(
+        tmp_path,
+        port=port,
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=redis_server.port,
+        token=rules_server.token,
+        gateway_id="ngx-skewed",
+        cache=cache_dir,
+        options=f"clock_offset = {skew},",
+    ).start()
+    try:
+        wait_applied(rules_server)
+        # When a tier free tenant searches
+        answer = call(port, "/v1/search", tenant="free-a")
+    finally:
+        process.stop()
+    # Then version N+1 decided it, as on any gateway whatever its clock
+    assert answer.headers["ratelimit-policy"] == '"tenant-day";q=5;w=72000'

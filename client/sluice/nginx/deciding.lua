@@ -35,6 +35,30 @@ function Gateway:store_time()
   return self.offset and ngx.now() + self.offset or 0
 end
 
+--- Now for the rules' own times (which scheduled version is in force, whether an
+--- override has expired): Redis's clock, which every gateway shares, so gateways
+--- whose clocks disagree enforce the same rules at the same moment. The worker's
+--- own clock (plus the `clock_offset` option, a test's skewed gateway) serves only
+--- until Redis has told its time: asked at start (`ask_time`) and in every reply.
+function Gateway:rules_time()
+  local offset = self.offset
+  if offset then
+    return ngx.now() + offset
+  end
+  return ngx.now() + (self.options.clock_offset or 0)
+end
+
+--- Ask Redis its time until it has told it once (a timer at start, then each poll).
+function Gateway:ask_time()
+  if self.offset then
+    return
+  end
+  local seconds, micros = self.redis:time(1000)
+  if seconds then
+    self:observe(seconds * 1000000 + micros)
+  end
+end
+
 function Gateway:decide(engine, prepared)
   local plan = prepared.plan
   local cached = self.rejections:check(plan, prepared.keys, now_us())

@@ -103,12 +103,20 @@ function Gateway:start()
   self.prefix = string.format("%08x:%d:", math.random(0, 0x7fffffff), ngx.worker.pid())
   self:reset_state()
   self.engines = rules.fallback(options)
+  local ask_time = alone(function()
+    return self:ask_time()
+  end, "limiter.time_crashed")
+  ngx.timer.at(0, function(premature)
+    if not premature then
+      ask_time()
+    end
+  end)
   if options.control_plane then
     self.source = source.new(options, function(document)
       self:install(rules.bundle(document, options))
     end)
     self.source.rehearsing = function() -- the version it rehearses, for the fleet report
-      local upcoming = rules.upcoming(self.engines, ngx.now())
+      local upcoming = rules.upcoming(self.engines, self:rules_time())
       return upcoming and upcoming.version
     end
     if not self.source:load() then
@@ -125,6 +133,7 @@ function Gateway:start()
     ngx.timer.every(options.poll_interval or 5, function(premature)
       if not premature then
         poll()
+        ask_time()
       end
     end)
   end
@@ -159,7 +168,7 @@ end
 --- The engine in force and the next scheduled one (rehearsed beside it, or nil);
 --- the reject cache is emptied when the one in force changes.
 function Gateway:engine()
-  local now = ngx.now()
+  local now = self:rules_time()
   local engine = rules.in_force(self.engines, now)
   if engine ~= self.current then
     self.current = engine
@@ -221,7 +230,7 @@ end
 function Gateway:access(given)
   local who = _M.identity(given or {})
   local engine, upcoming = self:engine()
-  local prepared = engine:prepare(who, ngx.now(), upcoming)
+  local prepared = engine:prepare(who, self:rules_time(), upcoming)
   local decision = self:decide(engine, prepared)
   if self.events then
     self.events:add(who.tenant, decision)

@@ -112,6 +112,22 @@ function Store:run(script, keys, args, timeout)
   return reply
 end
 
+--- Redis's TIME: seconds and microseconds, or nil and an error.
+function Store:time(timeout)
+  local red, err = self:connect(timeout)
+  if not red then
+    return nil, err
+  end
+  local reply
+  reply, err = red:time()
+  if not reply then
+    red:close()
+    return nil, err
+  end
+  red:set_keepalive(60000, self.pool_size)
+  return tonumber(reply[1]), tonumber(reply[2])
+end
+
 --- Commands in one round trip (the decision events' XADDs): true, or nil and an error.
 function Store:pipeline(commands, timeout)
   local red, err = self:connect(timeout)

@@ -119,6 +119,8 @@ class Decider:
         call is cancelled: the gateway went away). Never raises for a Redis
         failure."""
         limiter = self.limiter
+        if limiter.needs_time:
+            await limiter.ask_time()
         engine, prepared = self.prepare(request)
         self.in_flight += 1
         try:

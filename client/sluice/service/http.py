@@ -147,7 +147,9 @@ class DecisionApp:
             if path == "/healthz":
                 health = {
                     "status": "ok",
-                    "version": self.decider.limiter.source.current().version,
+                    "version": self.decider.limiter.source.current(
+                        self.decider.limiter.rules_time()
+                    ).version,
                     "worker": os.getpid(),
                     "in_flight": self.decider.in_flight,
                     "gateway_timeouts": self.decider.gave_up,
