@@ -303,6 +303,13 @@ SLUICE_METRICS_TOKEN = os.environ.get("SLUICE_METRICS_TOKEN", "")
 #: Without a token, GET /metrics answers only clients in these networks (loopback),
 #: and only requests that did not come through an untrusted proxy.
 SLUICE_METRICS_NETWORKS = env_list("SLUICE_METRICS_NETWORKS", "127.0.0.0/8,::1")
+# The Ed25519 key that signs gateway bundles and audit checkpoints: the PEM in
+# SLUICE_SIGNING_KEY (an environment secret) or a file; neither: a development key
+# made on first use in .sluice/ (limits.core.signing). Extra public keys to publish
+# (a rotation's next or previous key): a sluice-keys.json file.
+SLUICE_SIGNING_KEY = os.environ.get("SLUICE_SIGNING_KEY", "")
+SLUICE_SIGNING_KEY_FILE = os.environ.get("SLUICE_SIGNING_KEY_FILE", "")
+SLUICE_SIGNING_PUBLIC_KEYS_FILE = os.environ.get("SLUICE_SIGNING_PUBLIC_KEYS_FILE", "")
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")

@@ -1,5 +1,5 @@
 """Root URLs: the admin, the API, its schema and documentation, the public changelog,
-and Prometheus metrics."""
+Prometheus metrics, and the public keys gateways verify bundles with."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -10,6 +10,7 @@ from drf_spectacular.views import (
     SpectacularSwaggerView,
 )
 
+from api.views.keys import signing_keys_view
 from api.views.metrics import metrics_view
 
 urlpatterns = [
@@ -25,4 +26,5 @@ urlpatterns = [
     ),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("metrics", metrics_view, name="metrics"),
+    path(".well-known/sluice-keys.json", signing_keys_view, name="signing-keys"),
 ]

@@ -14,6 +14,9 @@ variable                    default                                    meaning
 SLUICE_CONTROL_PLANE_URL    http://127.0.0.1:8000                      control plane base URL
 SLUICE_GATEWAY_TOKEN        (empty)                                    gateway token (Bearer)
 SLUICE_GATEWAY_TOKEN_FILE   (empty)                                    or a file holding it
+SLUICE_PUBLIC_KEYS          (empty: the development key,               the keys bundles must be signed
+                            .sluice/signing-key.pem, made on first     with: the control plane's
+                            use, as the control plane does)            /.well-known/sluice-keys.json
 SLUICE_GATEWAY_ID           the host name                              reported in Sluice-Gateway-Id
 SLUICE_REDIS_URL            redis://127.0.0.1:6379/0                   Redis for the buckets (a cluster:
                                                                        seeds, comma-separated)
@@ -71,7 +74,8 @@ from sluice import (
     connect,
     fallback_snapshot,
 )
-from sluice.bundle import parse_bundle_bytes
+from sluice.bundle import read_bundle_file
+from sluice.signing import KeyRing, dev_signing_key
 from sluice.wsgi import RateLimitMiddleware
 
 __all__ = [
@@ -152,8 +156,11 @@ class BundleFile:
     built-in strict ones before any good file), as a bad poll would.
     """
 
-    def __init__(self, path: str | Path, *, check_every: float = 1.0) -> None:
+    def __init__(
+        self, path: str | Path, *, public_keys: KeyRing, check_every: float = 1.0
+    ) -> None:
         self.path = Path(path)
+        self.public_keys = public_keys
         self.check_every = check_every
         self._bundle = Bundle(fallback_snapshot())
         self._stamp: float | None = None
@@ -175,7 +182,7 @@ class BundleFile:
         try:
             stamp = self.path.stat().st_mtime
             if stamp != self._stamp:
-                self._bundle = parse_bundle_bytes(self.path.read_bytes())
+                self._bundle = read_bundle_file(self.path, self.public_keys).bundle
                 self._stamp = stamp
                 logger.info(
                     "bundle_file.applied: version %s", self._bundle.active.version
@@ -209,14 +216,33 @@ def _token(env: Mapping[str, str]) -> str:
     return env.get("SLUICE_GATEWAY_TOKEN", "")
 
 
+#: The control plane's development key (``limits.core.signing``), when no keys are given.
+DEV_KEY_PATH = Path(".sluice/signing-key.pem")
+
+
+def _public_keys(env: Mapping[str, str]) -> KeyRing:
+    """``SLUICE_PUBLIC_KEYS``'s key set; without it, the development key's public
+    half (made on first use by whichever of the gateway and control plane starts first)."""
+    path = env.get("SLUICE_PUBLIC_KEYS", "")
+    if path:
+        return KeyRing.load(path)
+    logger.warning(
+        "signing.dev_key_trusted: %s; set SLUICE_PUBLIC_KEYS outside a demo",
+        DEV_KEY_PATH.resolve(),
+    )
+    return KeyRing([dev_signing_key(DEV_KEY_PATH)])
+
+
 def _source(env: Mapping[str, str], gateway_id: str) -> SnapshotSource | BundleFile:
+    keys = _public_keys(env)
     if env.get("SLUICE_BUNDLE_FILE"):
-        return BundleFile(env["SLUICE_BUNDLE_FILE"])
+        return BundleFile(env["SLUICE_BUNDLE_FILE"], public_keys=keys)
     base = env.get("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8000").rstrip("/")
     return SnapshotSource(
         base + SNAPSHOT_PATH,
         _token(env),
         gateway_id=gateway_id,
+        public_keys=keys,
         cache_path=env.get("SLUICE_SNAPSHOT_CACHE")
         or f".sluice/gateway-{gateway_id}.json",
         interval=float(env.get("SLUICE_POLL_INTERVAL", "5")),

@@ -7,7 +7,10 @@ loopback addresses, so no test can reach the internet or another machine.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 import redis
@@ -21,6 +24,7 @@ from tests.celery_fixtures import (  # noqa: F401  (fixtures for every test modu
     celery_worker,
 )
 from tests.servers import RedisServer
+from tests.signing import keys_file
 
 
 def pytest_addoption(parser):
@@ -35,6 +39,13 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.getoption("--no-pipelining"):
         sluice.aio.PIPELINING_DEFAULT = False
+    # Every gateway the suite starts (the demo gateway, sluice-decide) inherits the
+    # key set it must trust: the tests' signing key, which the control plane under
+    # test and tests/client/protocol_server.py sign with.
+    if "SLUICE_PUBLIC_KEYS" not in os.environ:
+        os.environ["SLUICE_PUBLIC_KEYS"] = str(
+            keys_file(Path(tempfile.mkdtemp(prefix="sluice-keys-")))
+        )
 
 
 def pytest_sessionstart(session):

@@ -2,6 +2,7 @@
 
 import asyncio
 import importlib.util
+import urllib.request
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
@@ -10,6 +11,7 @@ import pytest
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
+from sluice import protocol
 from tests.celery_fixtures import wait_until
 from tests.conftest import PATIENT_REDIS_TIMEOUT
 
@@ -35,12 +37,17 @@ def wiring(live_server, redis_server, tmp_path, django_capture_on_commit_callbac
 
     call_command("seed_demo", verbosity=0)
     token = token_create(token=GatewayToken(name="example"), actor=Actor.system())
+    # The operator saves the published keys once and gives them to the service
+    keys = tmp_path / "sluice-keys.json"
+    with urllib.request.urlopen(f"{live_server.url}{protocol.SIGNING_KEYS_PATH}") as r:
+        keys.write_bytes(r.read())
     return {
         "control_plane": live_server.url,
         "token": token,
         "redis_url": redis_server.url,
         "cache_path": str(tmp_path / "rules.json"),
         "gateway_id": "example-1",
+        "public_keys": str(keys),
         # checks decisions, not slowness: a loaded machine must not fail open
         "redis_timeout": PATIENT_REDIS_TIMEOUT,
     }

@@ -127,7 +127,7 @@ def gateway_report(request) -> GatewayReport:
 
 
 def _bytes_response(
-    request, *, body: bytes, body_gzip: bytes, etag: str
+    request, *, body: bytes, body_gzip: bytes, etag: str, signature: str = ""
 ) -> HttpResponse:
     gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
     response = HttpResponse(
@@ -137,6 +137,8 @@ def _bytes_response(
         response["Content-Encoding"] = "gzip"
     response["ETag"] = etag
     response["Vary"] = "Accept-Encoding"
+    if signature:  # of ``body``, whichever encoding is sent
+        response[protocol.SIGNATURE] = signature
     return response
 
 
@@ -244,7 +246,11 @@ def _answer(request, secret: str, report: GatewayReport, *, errors: bool):
     if etag_held(held, bundle.etag):
         return _not_modified_response(bundle.etag)
     return _bytes_response(
-        request, body=bundle.body, body_gzip=bundle.body_gzip, etag=bundle.etag
+        request,
+        body=bundle.body,
+        body_gzip=bundle.body_gzip,
+        etag=bundle.etag,
+        signature=bundle.signature,
     )
 
 

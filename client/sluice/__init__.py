@@ -1,6 +1,7 @@
 """Sluice's enforcement client: what API gateways embed to decide admit or 429.
 
-Depends on ``redis`` only; it never imports Django (``sluice.django`` is the
+Depends on ``redis`` and ``cryptography`` (bundles are signed: :mod:`.signing`);
+it never imports Django (``sluice.django`` is the
 optional adapter, imported only by who uses it). The snapshot format and the
 resolver defined here are the ones the control plane publishes and explains with.
 """
@@ -43,6 +44,7 @@ from .rules import (
     describe_limit,
     fallback_rules,
 )
+from .signing import KeyRing
 from .snapshot import Snapshot
 from .source import PollResult, SnapshotSource
 from .validation import Problem, validate_rules
@@ -64,6 +66,7 @@ __all__ = [
     "FailureMode",
     "Held",
     "Identity",
+    "KeyRing",
     "Leases",
     "Level",
     "Limit",

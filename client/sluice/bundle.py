@@ -22,16 +22,19 @@ from typing import Any, Protocol
 
 from .errors import SnapshotError
 from .rules import fallback_rules
+from .signing import KeyRing
 from .snapshot import Snapshot
 
 __all__ = [
     "Bundle",
+    "SignedBundle",
     "SnapshotProvider",
     "StaticSource",
     "fallback_snapshot",
     "parse_bundle",
     "parse_bundle_bytes",
     "read_bundle_file",
+    "verify_bundle_bytes",
     "write_bundle_file",
 ]
 
@@ -146,19 +149,41 @@ def _snapshot(data: Any, path: str) -> Snapshot:
         raise SnapshotError(f"{path}.{exc.path}", exc.message) from None
 
 
-def write_bundle_file(path: Path, bundle: Bundle, etag: str | None) -> None:
+@dataclass(frozen=True, slots=True)
+class SignedBundle:
+    """A verified bundle with the bytes its signature covers, as the cache file keeps it."""
+
+    bundle: Bundle
+    body: bytes  #: the bundle's bytes as served (before gzip): what is signed
+    signature: str  #: ``<key id>:<base64>``, the ``Sluice-Signature`` header
+    etag: str | None  #: the ETag it was served with
+
+
+def verify_bundle_bytes(
+    body: bytes, signature: str | None, keys: KeyRing, *, etag: str | None = None
+) -> SignedBundle:
+    """Check the signature over ``body``, then parse and verify the bundle; raise
+    SnapshotError (path ``signature`` for a missing, unknown or wrong signature)."""
+    keys.verify(body, signature)
+    assert signature is not None  # verify refuses None
+    return SignedBundle(parse_bundle_bytes(body), body, signature, etag)
+
+
+def write_bundle_file(path: Path, signed: SignedBundle) -> None:
     """Write the last good bundle so that a crash never leaves a half-written file.
 
-    The bytes go to a temporary file in the same directory, are fsynced, then
-    renamed over ``path`` (atomic on POSIX), and the directory is fsynced so the
-    rename itself survives a power cut.
+    The file is one line of JSON (``etag``, ``signature``), a newline, then the
+    body exactly as served, so that the signature can be checked again on every
+    read. The bytes go to a temporary file in the same directory, are fsynced,
+    then renamed over ``path`` (atomic on POSIX), and the directory is fsynced so
+    the rename itself survives a power cut.
     """
-    data = json.dumps({"etag": etag, "bundle": bundle.to_json()}, sort_keys=True)
+    head = json.dumps({"etag": signed.etag, "signature": signed.signature})
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(head.encode("ascii") + b"\n" + signed.body)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -172,20 +197,26 @@ def write_bundle_file(path: Path, bundle: Bundle, etag: str | None) -> None:
         os.close(directory)
 
 
-def read_bundle_file(path: Path) -> tuple[Bundle, str | None]:
-    """Read what :func:`write_bundle_file` wrote; raise SnapshotError if it is not that."""
+def read_bundle_file(path: Path, keys: KeyRing) -> SignedBundle:
+    """Read what :func:`write_bundle_file` wrote and verify its signature and
+    bundle; raise SnapshotError if it is not that, or not signed by ``keys``."""
+    head, _, body = path.read_bytes().partition(b"\n")
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(head)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SnapshotError("$", f"not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or set(data) != {"etag", "bundle"}:
+    if not isinstance(data, dict) or set(data) != {"etag", "signature"}:
         raise SnapshotError(
-            "$", "not a Sluice bundle file (expects 'etag' and 'bundle')"
+            "$",
+            "not a signed Sluice bundle file (expects 'etag' and 'signature', "
+            "then the bundle; a file written before bundles were signed is refused)",
         )
-    etag = data["etag"]
+    etag, signature = data["etag"], data["signature"]
     if etag is not None and not isinstance(etag, str):
         raise SnapshotError("etag", "must be a string or null")
-    return parse_bundle(data["bundle"]), etag
+    if not isinstance(signature, str):
+        raise SnapshotError("signature", "must be a string")
+    return verify_bundle_bytes(body, signature, keys, etag=etag)
 
 
 class StaticSource:

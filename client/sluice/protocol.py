@@ -14,6 +14,8 @@ __all__ = [
     "REHEARSED_VERSION",
     "REJECTED_REASON",
     "REJECTED_VERSION",
+    "SIGNATURE",
+    "SIGNING_KEYS_PATH",
     "SNAPSHOT_PATH",
 ]
 
@@ -31,3 +33,7 @@ REJECTED_VERSION = "Sluice-Rejected-Version"
 REJECTED_REASON = "Sluice-Rejected-Reason"
 #: The control plane keeps this many characters of a rejection reason.
 MAX_REJECTED_REASON = 300
+#: The bundle's Ed25519 signature, ``<key id>:<base64>`` (``sluice.signing``).
+SIGNATURE = "Sluice-Signature"
+#: Where the control plane publishes the public keys it signs with.
+SIGNING_KEYS_PATH = "/.well-known/sluice-keys.json"

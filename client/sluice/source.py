@@ -6,11 +6,15 @@ headers. Promises:
 
 - a request never waits for the control plane: polling runs in a background
   thread, and :meth:`SnapshotSource.current` only reads memory;
-- a new bundle is verified (shape, rules, hashes) before it replaces the old
-  one; a bad one is kept out and reported on the next poll;
-- the last good bundle is written to ``cache_path`` atomically, and read back
-  at start-up, so a gateway restarted during a control-plane outage enforces
-  what it enforced before; a corrupt file is ignored with one log line;
+- a new bundle is verified (its Ed25519 signature by one of ``public_keys``,
+  then shape, rules, hashes) before it replaces the old one; a bad one, an
+  unsigned one or one signed by an unknown key is kept out with one log line
+  and reported on the next poll (:mod:`.signing`);
+- the last good bundle is written to ``cache_path`` atomically with its
+  signature, and read back at start-up, so a gateway restarted during a
+  control-plane outage enforces what it enforced before; the signature is
+  checked again on that read, and a corrupt, edited or unsigned file is
+  ignored with one log line;
 - with nothing at all, :func:`.bundle.fallback_snapshot` applies: strict, never
   unlimited;
 - scheduled snapshots take over at their effective time, even while the
@@ -39,12 +43,14 @@ from typing import Any
 from . import protocol
 from .bundle import (
     Bundle,
+    SignedBundle,
     fallback_snapshot,
-    parse_bundle_bytes,
     read_bundle_file,
+    verify_bundle_bytes,
     write_bundle_file,
 )
 from .errors import SnapshotError
+from .signing import KeyRing
 from .snapshot import Snapshot
 
 __all__ = ["PollResult", "SnapshotSource"]
@@ -64,7 +70,9 @@ class PollResult(StrEnum):
 class SnapshotSource:
     """Polls ``url`` every ``interval`` seconds (± ``jitter``, a fraction), backing off on errors.
 
-    ``url`` is the full snapshot endpoint, e.g. ``http://cp:8000/api/v1/snapshot``.
+    ``url`` is the full snapshot endpoint, e.g. ``http://cp:8000/api/v1/snapshot``;
+    ``public_keys`` the keys a bundle must be signed with (the control plane's
+    ``/.well-known/sluice-keys.json``, given in configuration, never fetched).
     Call :meth:`start` to poll in a daemon thread, or :meth:`poll_once` directly.
     While the control plane fails, polls back off to at most ``max_backoff``
     (default: twice the interval), drawn at random up to it so a fleet does not
@@ -78,6 +86,7 @@ class SnapshotSource:
         token: str,
         *,
         gateway_id: str,
+        public_keys: KeyRing,
         cache_path: str | Path | None = None,
         interval: float = 5.0,
         jitter: float = 0.2,
@@ -91,15 +100,19 @@ class SnapshotSource:
         self.interval, self.jitter, self.timeout = interval, jitter, timeout
         self.max_backoff = 2 * interval if max_backoff is None else max_backoff
         self._token, self._wall, self._rng = token, wall, rng
+        self.public_keys = public_keys
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures = 0  #: polls failed in a row
         self.etag: str | None = None  #: of the bundle in force, sent as If-None-Match
-        #: the bundle in force and its ETag while ``cache_path`` does not hold them
+        #: the bundle in force, signed, while ``cache_path`` does not hold it
         #: (a write failed): written again after every poll until it succeeds
-        self.unsaved: tuple[Bundle, str | None] | None = None
+        self.unsaved: SignedBundle | None = None
         self._rejected: tuple[int, str] | None = None  #: reported on the next poll
+        self._refused_etag: str | None = (
+            None  #: of the last bundle refused, logged once
+        )
         self._write_failed = False  #: the last write of cache_path failed
         #: in force, from when, until when (the next switch), bundle
         self._state: tuple[Snapshot, float, float, Bundle]
@@ -185,7 +198,7 @@ class SnapshotSource:
             return self._poll()
         finally:
             if self.unsaved is not None:
-                self._write_cache(*self.unsaved)
+                self._write_cache(self.unsaved)
 
     def _poll(self) -> PollResult:
         request = urllib.request.Request(self.url, headers=self._headers())
@@ -195,6 +208,7 @@ class SnapshotSource:
                     response.read(), response.headers.get("Content-Encoding")
                 )
                 etag = response.headers.get("ETag")
+                signature = response.headers.get(protocol.SIGNATURE)
         except urllib.error.HTTPError as exc:
             exc.close()  # the connection: a sync worker lingers until its client closes
             if exc.code == 304:
@@ -202,7 +216,7 @@ class SnapshotSource:
             return self._failed(f"HTTP {exc.code} {exc.reason}")
         except (OSError, ValueError) as exc:  # URLError, timeouts, resets, bad gzip
             return self._failed(f"{type(exc).__name__}: {exc}")
-        return self._received(body, etag)
+        return self._received(body, etag, signature)
 
     def _headers(self) -> dict[str, str]:
         headers = {
@@ -226,19 +240,23 @@ class SnapshotSource:
             self._rejected = None
         return headers
 
-    def _received(self, body: bytes, etag: str | None) -> PollResult:
+    def _received(
+        self, body: bytes, etag: str | None, signature: str | None
+    ) -> PollResult:
         try:
-            bundle = parse_bundle_bytes(body)
+            signed = verify_bundle_bytes(body, signature, self.public_keys, etag=etag)
         except SnapshotError as exc:
             version = _claimed_version(body)
-            logger.warning("snapshot.rejected: version %s: %s", version, exc)
+            if etag is None or etag != self._refused_etag:  # one line per bundle
+                logger.warning("snapshot.rejected: version %s: %s", version, exc)
+            self._refused_etag = etag
             if version is not None:
                 self._rejected = (version, _one_line(str(exc)))
             return self._succeeded(PollResult.REJECTED)
-        self._install(bundle)
+        self._install(signed.bundle)
         self.etag = etag
-        self.unsaved = (bundle, etag)  # written after the poll (poll_once)
-        logger.info("snapshot.applied: version %s", bundle.active.version)
+        self.unsaved = signed  # written after the poll (poll_once)
+        logger.info("snapshot.applied: version %s", signed.bundle.active.version)
         return self._succeeded(PollResult.APPLIED)
 
     def _succeeded(self, result: PollResult) -> PollResult:
@@ -259,19 +277,20 @@ class SnapshotSource:
         if self.cache_path is None or not self.cache_path.exists():
             return None
         try:
-            bundle, self.etag = read_bundle_file(self.cache_path)
+            signed = read_bundle_file(self.cache_path, self.public_keys)
         except (OSError, SnapshotError) as exc:
             logger.warning("snapshot.cache_ignored: %s: %s", self.cache_path, exc)
             return None
-        logger.info("snapshot.cache_loaded: version %s", bundle.active.version)
-        return bundle
+        self.etag = signed.etag
+        logger.info("snapshot.cache_loaded: version %s", signed.bundle.active.version)
+        return signed.bundle
 
-    def _write_cache(self, bundle: Bundle, etag: str | None) -> None:
+    def _write_cache(self, signed: SignedBundle) -> None:
         if self.cache_path is None:
             self.unsaved = None
             return
         try:
-            write_bundle_file(self.cache_path, bundle, etag)
+            write_bundle_file(self.cache_path, signed)
         except OSError as exc:  # a full disk must not stop enforcement
             if not self._write_failed:  # one line until a write succeeds
                 logger.warning(
@@ -279,7 +298,7 @@ class SnapshotSource:
                     self.cache_path,
                     exc,
                 )
-            self.unsaved, self._write_failed = (bundle, etag), True
+            self.unsaved, self._write_failed = signed, True
             return
         if self._write_failed:
             logger.info(

@@ -1,6 +1,6 @@
 """An ASGI service behind Sluice (docs/gateway-integration.md; run by tests/test_docs_examples.py)."""
 
-from sluice import AsyncLimiter, Identity, SnapshotSource, connect_async
+from sluice import AsyncLimiter, Identity, KeyRing, SnapshotSource, connect_async
 from sluice.asgi import RateLimitMiddleware
 
 
@@ -29,12 +29,14 @@ def build(
     redis_url: str,
     cache_path: str,
     gateway_id: str,
+    public_keys: str,  # the control plane's /.well-known/sluice-keys.json, saved
     redis_timeout: float = 0.005,  # a few ms: past that, the route's failure mode decides
 ):
     source = SnapshotSource(
         f"{control_plane}/api/v1/snapshot",
         token,
         gateway_id=gateway_id,
+        public_keys=KeyRing.load(public_keys),  # bundles must be signed by one of them
         cache_path=cache_path,
     ).start()  # polls in a thread: a request never waits for the control plane
     limiter = AsyncLimiter(connect_async(redis_url, timeout=redis_timeout), source)

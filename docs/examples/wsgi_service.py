@@ -1,6 +1,6 @@
 """A WSGI service behind Sluice (docs/gateway-integration.md; run by tests/test_docs_examples.py)."""
 
-from sluice import Identity, Limiter, SnapshotSource, connect
+from sluice import Identity, KeyRing, Limiter, SnapshotSource, connect
 from sluice.wsgi import RateLimitMiddleware
 
 
@@ -27,6 +27,7 @@ def build(
     redis_url: str,
     cache_path: str,
     gateway_id: str,
+    public_keys: str,  # the control plane's /.well-known/sluice-keys.json, saved
     redis_timeout: float = 0.005,  # a few ms: past that, the route's failure mode decides
 ):
     """The service wrapped by the rate limiter, its rules polled from the control plane."""
@@ -34,6 +35,7 @@ def build(
         f"{control_plane}/api/v1/snapshot",
         token,
         gateway_id=gateway_id,
+        public_keys=KeyRing.load(public_keys),  # bundles must be signed by one of them
         cache_path=cache_path,  # last known good rules: used when the control plane is down
     ).start()
     limiter = Limiter(connect(redis_url, timeout=redis_timeout), source)

@@ -12,6 +12,7 @@ once, and written to one Redis hash, ``keys.BUNDLE_KEY``:
 ``etag``            quoted SHA-256 of ``body``: what ``If-None-Match`` is compared to
 ``body``            the bundle bytes
 ``body_gzip``       the same, gzip-compressed
+``signature``       the Ed25519 signature of ``body`` (``Sluice-Signature``)
 ``active``          the active version number
 ``scheduled``       the scheduled version numbers, comma-separated, in order
 ``gen_version``     the highest version published when it was built
@@ -39,11 +40,13 @@ from dataclasses import dataclass
 import redis
 from django.db.models import Count, Max
 
+from limits.core.signing import bundle_sign, signing_key
 from limits.core.store import redis_client
 from limits.gateways.keys import BUNDLE_KEY
 from limits.gateways.window import poll_window_reset
 from limits.models import Snapshot
 from limits.versions.selectors import snapshot_get_active, snapshot_scheduled
+from sluice.signing import key_id
 
 __all__ = [
     "ANY_ETAG",
@@ -90,6 +93,7 @@ class Bundle:
     etag: str  #: quoted strong entity tag
     body: bytes
     body_gzip: bytes
+    signature: str  #: ``<key id>:<base64>`` over ``body`` (``sluice.signing``)
     active: int  #: the active version
     scheduled: tuple[int, ...]  #: versions that take effect later, in order
     generation: tuple[int, int]  #: (highest version, activations) it was built from
@@ -99,6 +103,7 @@ class Bundle:
             "etag": self.etag,
             "body": self.body,
             "body_gzip": self.body_gzip,
+            "signature": self.signature,
             "active": self.active,
             "scheduled": ",".join(map(str, self.scheduled)),
             "gen_version": self.generation[0],
@@ -112,6 +117,7 @@ class Bundle:
             etag=raw[b"etag"].decode(),
             body=raw[b"body"],
             body_gzip=raw[b"body_gzip"],
+            signature=raw[b"signature"].decode(),
             active=int(raw[b"active"]),
             scheduled=tuple(int(v) for v in scheduled.split(",") if v),
             generation=(int(raw[b"gen_version"]), int(raw[b"gen_activations"])),
@@ -143,6 +149,7 @@ def snapshot_bundle_build(
         etag=f'"{hashlib.sha256(body).hexdigest()}"',
         body=body,
         body_gzip=gzip.compress(body, mtime=0),
+        signature=bundle_sign(body),  # the bytes are final: nothing re-serializes them
         active=active.version,
         scheduled=tuple(row.version for row in scheduled),
         generation=generation,
@@ -176,8 +183,8 @@ def snapshot_bundle_get(*, timeout: float | None = None) -> Bundle | None:
         raw = redis_client(timeout=timeout).hgetall(BUNDLE_KEY)
     except redis.RedisError:
         return snapshot_bundle_from_postgres()
-    if raw:
-        return Bundle.from_fields(raw)
+    if raw and raw.get(b"signature", b"").startswith(_signer()):
+        return Bundle.from_fields(raw)  # else unsigned, or by a key since rotated
     return snapshot_bundle_refresh()
 
 
@@ -213,6 +220,11 @@ def snapshot_bundle_sync() -> bool:
 def _generation() -> tuple[int, int]:
     state = Snapshot.objects.aggregate(top=Max("version"), active=Count("activated_at"))
     return state["top"] or 0, state["active"]
+
+
+def _signer() -> bytes:
+    """The prefix of a signature by the current key: ``<key id>:``."""
+    return key_id(signing_key()).encode() + b":"
 
 
 def _client() -> redis.Redis:

@@ -14,6 +14,7 @@ from tests.browser.conftest import (
     login,
     save_screenshot,
 )
+from tests.signing import TEST_KEYS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,6 +108,7 @@ def test_fleet__demo_gateway_polls__shown_in_sync(
         f"{live_server.url}/api/v1/snapshot",
         secret,
         gateway_id="demo-gateway",
+        public_keys=TEST_KEYS,
         cache_path=tmp_path / "lkg.json",
         timeout=PATIENT,
     )

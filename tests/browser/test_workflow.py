@@ -49,6 +49,7 @@ from tests.browser.conftest import (
     submit,
 )
 from tests.factories import UserFactory
+from tests.signing import TEST_KEYS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -228,6 +229,7 @@ def test_home__real_data__the_state_of_things_at_1280_px(
         f"{live_server.url}/api/v1/snapshot",
         secret,
         gateway_id="gw-eu-1",
+        public_keys=TEST_KEYS,
         cache_path=tmp_path / "lkg.json",
         timeout=PATIENT,
     )

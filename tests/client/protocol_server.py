@@ -1,5 +1,8 @@
 """A small control plane for tests: the snapshot endpoint of docs/gateway-protocol.md.
 
+It signs what it serves with the tests' key (``tests/signing.py``), as the real
+one does, unless a test serves bytes with a signature of its own (or none).
+
 Stdlib ``http.server`` on 127.0.0.1, in a thread. The real endpoint lives in
 ``api/``; this one lets the client be tested against the written protocol.
 """
@@ -13,7 +16,9 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sluice import Bundle
+from sluice import Bundle, protocol
+from sluice.signing import sign
+from tests.signing import TEST_SIGNING_KEY
 
 
 @dataclass
@@ -23,6 +28,7 @@ class ProtocolServer:
     token: str = "gw_test_token"
     body: bytes = b""
     etag: str = ""
+    signature: str | None = None  #: the Sluice-Signature header; None: not sent
     fail_with: int | None = None  #: answer this status instead (e.g. 500)
     requests: list[dict[str, str]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
@@ -37,8 +43,13 @@ class ProtocolServer:
         """Serve ``bundle`` from now on (as the control plane does after a publish)."""
         self.serve_bytes(json.dumps(bundle.to_json(), sort_keys=True).encode())
 
-    def serve_bytes(self, body: bytes) -> None:
+    def serve_bytes(self, body: bytes, *, signature: str | bool | None = True) -> None:
+        """Serve ``body``, signed by the tests' key (``signature=True``), with a
+        given signature header, or with none (``None``)."""
+        if signature is True:
+            signature = sign(TEST_SIGNING_KEY, body)
         self.body = body
+        self.signature = signature or None
         self.etag = '"' + hashlib.sha256(body).hexdigest() + '"'
 
     def start(self) -> ProtocolServer:
@@ -74,11 +85,17 @@ def _handler(state: ProtocolServer) -> type[BaseHTTPRequestHandler]:
             body, encoding = state.body, None
             if "gzip" in self.headers.get("Accept-Encoding", ""):
                 body, encoding = gzip.compress(body), "gzip"
-            return self._send(200, body, etag=state.etag, encoding=encoding)
+            return self._send(
+                200, body, etag=state.etag, encoding=encoding, signature=state.signature
+            )
 
-        def _send(self, status, body, *, etag=None, encoding=None) -> None:
+        def _send(
+            self, status, body, *, etag=None, encoding=None, signature=None
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            if signature:
+                self.send_header(protocol.SIGNATURE, signature)
             if etag:
                 self.send_header("ETag", etag)
             if encoding:

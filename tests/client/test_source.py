@@ -16,6 +16,7 @@ from sluice.source import PollResult, SnapshotSource
 from tests.celery_fixtures import wait_until
 from tests.client.factories import PUBLISHED, limit, policy, rules, snapshot
 from tests.client.protocol_server import ProtocolServer
+from tests.signing import TEST_KEYS
 
 V1 = snapshot(rules(policy("default", "search", limit("ip", 5, 1, 5))), version=1)
 V2 = snapshot(rules(policy("default", "search", limit("ip", 7, 1, 7))), version=2)
@@ -42,7 +43,11 @@ def make_source(control_plane, tmp_path):
             url or control_plane.url,
             control_plane.token,
             gateway_id="gw-1",
-            **{"rng": lambda: 0.5, **options},  # rng 0.5: no jitter, exact delays
+            **{
+                "public_keys": TEST_KEYS,
+                "rng": lambda: 0.5,
+                **options,
+            },  # rng 0.5: no jitter, exact delays
         )
         sources.append(source)
         return source
@@ -203,9 +208,9 @@ def test_apply__cache_file__complete_bundle_and_no_temporary_left(
 ):
     source = make_source()
     source.poll_once()
-    bundle, etag = read_bundle_file(tmp_path / "bundle.json")
-    assert bundle == source.bundle
-    assert etag == source.etag
+    signed = read_bundle_file(tmp_path / "bundle.json", TEST_KEYS)
+    assert signed.bundle == source.bundle
+    assert signed.etag == source.etag
     assert [p.name for p in tmp_path.iterdir()] == ["bundle.json"]
 
 
@@ -258,7 +263,7 @@ def test_cache__disk_full_then_freed__written_by_the_next_304_poll(
     control_plane.serve(Bundle(V2))
     assert source.poll_once() is PollResult.APPLIED
     assert source.poll_once() is PollResult.NOT_MODIFIED
-    stale, _ = read_bundle_file(cache)
+    stale = read_bundle_file(cache, TEST_KEYS).bundle
     failed_writes = caplog.text.count("snapshot.cache_write_failed")
     # and space comes back, and the gateway polls again (304 once more)
     filler.unlink()

@@ -13,6 +13,7 @@ from limits.models import GatewayToken
 from limits.publishing.services import snapshot_publish
 from sluice import Limiter
 from sluice.source import PollResult, SnapshotSource
+from tests.signing import TEST_KEYS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,6 +36,7 @@ def test_gateway__polls_and_enforces__shown_in_sync(
         f"{url}/api/v1/snapshot",
         secret,
         gateway_id="gw-e2e",
+        public_keys=TEST_KEYS,
         cache_path=tmp_path / "lkg.json",
     )
     # When it polls twice and decides a request
@@ -62,13 +64,18 @@ def test_gateway__control_plane_down_at_restart__starts_from_last_known_good(
     url, secret = control_plane
     cache = tmp_path / "lkg.json"
     SnapshotSource(
-        f"{url}/api/v1/snapshot", secret, gateway_id="gw-1", cache_path=cache
+        f"{url}/api/v1/snapshot",
+        secret,
+        gateway_id="gw-1",
+        public_keys=TEST_KEYS,
+        cache_path=cache,
     ).poll_once()
     # When it restarts while the control plane cannot be reached
     restarted = SnapshotSource(
         "http://127.0.0.1:9/api/v1/snapshot",
         secret,
         gateway_id="gw-1",
+        public_keys=TEST_KEYS,
         cache_path=cache,
         timeout=0.5,
     )

@@ -24,6 +24,7 @@ from sluice.source import PollResult
 from tests.celery_fixtures import database_url, wait_until
 from tests.factories import TenantFactory
 from tests.servers import ControlPlaneServer
+from tests.signing import TEST_KEYS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,7 +58,13 @@ def test_control_plane_stopped__gateway_keeps_enforcing_and_restarts_from_its_fi
     server, secret = control_plane
     url, cache = f"{server.url}/api/v1/snapshot", tmp_path / "lkg.json"
     source = SnapshotSource(
-        url, secret, gateway_id="gw-1", cache_path=cache, interval=0.2, timeout=0.5
+        url,
+        secret,
+        gateway_id="gw-1",
+        public_keys=TEST_KEYS,
+        cache_path=cache,
+        interval=0.2,
+        timeout=0.5,
     ).start()
     wait_until(lambda: source.current().version == 1, timeout=20, why="version 1")
     limiter = Limiter(redis_server.url, source, timeout=1.0)
@@ -68,7 +75,9 @@ def test_control_plane_stopped__gateway_keeps_enforcing_and_restarts_from_its_fi
     running = search(limiter)
     source.stop()
     # and the gateway restarts while the control plane is still down
-    restarted = SnapshotSource(url, secret, gateway_id="gw-1", cache_path=cache)
+    restarted = SnapshotSource(
+        url, secret, gateway_id="gw-1", public_keys=TEST_KEYS, cache_path=cache
+    )
     after_restart = search(Limiter(redis_server.url, restarted, timeout=1.0))
     # Then both enforce version 1 from memory and from the file, not the fallback
     for decision in (running, after_restart):
@@ -93,6 +102,7 @@ def test_control_plane_back_after_outage__new_rules_within_twice_the_poll_interv
         f"{server.url}/api/v1/snapshot",
         secret,
         gateway_id="gw-back",
+        public_keys=TEST_KEYS,
         cache_path=tmp_path / "lkg.json",
         interval=interval,
         timeout=0.5,

@@ -29,6 +29,7 @@ from tests.celery_fixtures import database_url, wait_until
 from tests.factories import TenantFactory
 from tests.faults.traffic import median
 from tests.servers import ControlPlaneServer, RedisServer
+from tests.signing import TEST_KEYS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,6 +96,7 @@ class Fleet:
             self.url,
             self.secret,
             gateway_id=gateway,
+            public_keys=TEST_KEYS,
             cache_path=self.cache_dir / f"{gateway}.json",
             interval=INTERVAL,
             timeout=POLL_TIMEOUT,

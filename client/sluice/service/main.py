@@ -36,6 +36,7 @@ from sluice.aio import AsyncLimiter
 from sluice.bucket import connect, connect_async
 from sluice.metrics import DecisionEvents
 from sluice.pipelining import DEFAULT_MAX_BATCH
+from sluice.signing import KeyRing
 from sluice.source import SnapshotSource
 
 from .decider import Decider
@@ -65,6 +66,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--control-plane", required=True, help="control plane base URL")
     add("--token", default="", help="gateway token (or --token-file)")
     add("--token-file", help="file holding the gateway token")
+    add(
+        "--public-keys",
+        default=os.environ.get("SLUICE_PUBLIC_KEYS"),
+        help="the keys bundles must be signed with: the control plane's "
+        "/.well-known/sluice-keys.json, saved (or $SLUICE_PUBLIC_KEYS); required",
+    )
     add("--gateway-id", default=socket.gethostname(), help="id on the fleet page")
     add("--cache", help="last good rules on disk (default .sluice/decide-<id>.json)")
     add("--poll-interval", type=float, default=5.0, help="seconds between polls")
@@ -126,7 +133,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--github-headers", action="store_true", help="add X-RateLimit-*")
     add("--retry-jitter", type=float, default=0.0, help="seconds of Retry-After jitter")
     add("--log-level", default="INFO")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not args.public_keys:
+        parser.error("--public-keys (or SLUICE_PUBLIC_KEYS) is required")
+    return args
 
 
 def header_names(pairs: Sequence[str]) -> HeaderNames:
@@ -164,12 +174,20 @@ def _read(path: str) -> str:
     return Path(path).read_text(encoding="utf-8").strip()
 
 
+def _public_keys(path: str) -> KeyRing:
+    try:
+        return KeyRing.load(path)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"sluice-decide: --public-keys {path}: {exc}") from None
+
+
 def build(args: argparse.Namespace) -> Service:
     """Assemble the service from its command line; nothing starts yet."""
     source = SnapshotSource(
         args.control_plane.rstrip("/") + protocol.SNAPSHOT_PATH,
         _token(args),
         gateway_id=args.gateway_id,
+        public_keys=_public_keys(args.public_keys),
         cache_path=args.cache or f".sluice/decide-{args.gateway_id}.json",
         interval=args.poll_interval,
     )

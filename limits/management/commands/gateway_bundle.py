@@ -1,14 +1,18 @@
-"""Write the gateway bundle (active and scheduled snapshots) to a file, byte for byte.
+"""Write the gateway bundle (active and scheduled snapshots) to a file, signed.
 
-The demo gateway can read its rules from such a file (``SLUICE_BUNDLE_FILE``)
-instead of polling the control plane; it re-reads the file when it changes.
+The file is a gateway's last-known-good file (``sluice.bundle.write_bundle_file``):
+the signature, then the bundle byte for byte. The demo gateway can read its rules
+from such a file (``SLUICE_BUNDLE_FILE``) instead of polling the control plane; it
+re-reads the file when it changes and checks its signature each time.
 """
 
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from limits.core.signing import public_keyring
 from limits.gateways.bundle import snapshot_bundle_get
+from sluice.bundle import verify_bundle_bytes, write_bundle_file
 
 
 class Command(BaseCommand):
@@ -26,10 +30,10 @@ class Command(BaseCommand):
                 "Nothing is published yet: run `manage.py publish` first."
             )
         path = Path(output)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_bytes(bundle.body)
-        temporary.replace(path)  # atomic: a gateway never reads half a file
+        signed = verify_bundle_bytes(
+            bundle.body, bundle.signature, public_keyring(), etag=bundle.etag
+        )
+        write_bundle_file(path, signed)  # atomic: a gateway never reads half a file
         self.stdout.write(
             f"Version {bundle.active} written to {path} ({len(bundle.body):,} bytes)."
         )
