@@ -8,11 +8,14 @@ environment, like the demo gateway's: ``SLUICE_CONTROL_PLANE_URL``,
 ``SLUICE_REDIS_URL``, ``SLUICE_GATEWAY_TOKEN_FILE``, ``SLUICE_GATEWAY_ID``,
 ``SLUICE_NGINX_PORT`` (10004), ``SLUICE_REDIS_TIMEOUT`` (seconds),
 ``SLUICE_NGINX_PREFIX`` (nginx's folder, ``var/nginx``), ``SLUICE_BACKENDS_PORT``
-(8090, the demo backends: ``gateway.backends``).
+(8090, the demo backends: ``gateway.backends``), ``SLUICE_PUBLIC_KEYS`` (the keys
+bundles must be signed with; by default the development key's, as the demo
+gateway does: ``gateway.demo``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -20,11 +23,14 @@ import urllib.parse
 from pathlib import Path
 
 import sluice
+from sluice.signing import KeyRing, dev_signing_key
 
 __all__ = ["main", "render"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "docs" / "gateways" / "nginx-module.conf"
+#: The control plane's development key (``limits.core.signing``), made on first use.
+DEV_KEY_PATH = ROOT / ".sluice" / "signing-key.pem"
 
 
 def render(
@@ -36,6 +42,7 @@ def render(
     backends: int,
     prefix: Path,
     redis_timeout_ms: int,
+    public_keys: Path,
 ) -> str:
     """The documented configuration with this machine's values in place of its examples."""
     redis = urllib.parse.urlsplit(redis_url)
@@ -46,6 +53,7 @@ def render(
         '"http://127.0.0.1:8000"': f'"{control_plane}"',
         '"nginx-module-1"': f'"{gateway_id}"',
         'cache = "sluice-rules.json"': f'cache = "{prefix}/sluice-rules.json"',
+        'public_keys = "sluice-keys.json"': f'public_keys = "{public_keys}"',
         "poll_interval = 5,": "poll_interval = 2,",
         'redis = "127.0.0.1:6379",': (
             f'redis = "{redis.hostname or "127.0.0.1"}:{redis.port or 6379}", '
@@ -61,6 +69,16 @@ def render(
             raise RuntimeError(f"{TEMPLATE} no longer says {example!r}")
         text = text.replace(example, value)
     return text
+
+
+def _public_keys(prefix: Path) -> Path:
+    """``SLUICE_PUBLIC_KEYS``, or the development key's set written in ``prefix``."""
+    given = os.environ.get("SLUICE_PUBLIC_KEYS")
+    if given:
+        return Path(given).resolve()
+    path = prefix / "sluice-keys.json"
+    path.write_text(json.dumps(KeyRing([dev_signing_key(DEV_KEY_PATH)]).to_json()))
+    return path
 
 
 def main() -> None:
@@ -83,6 +101,7 @@ def main() -> None:
             redis_timeout_ms=round(
                 1000 * float(os.environ.get("SLUICE_REDIS_TIMEOUT", "0.005"))
             ),
+            public_keys=_public_keys(prefix),
         )
     )
     token_file = os.environ.get("SLUICE_GATEWAY_TOKEN_FILE")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import sluice.aio
 from tests.servers import ROOT, free_port
+from tests.signing import keys_file
 
 DOCS = ROOT / "docs" / "gateways"
 BIN = Path(sys.executable).parent
@@ -255,6 +256,8 @@ class DecisionService:
             self.token,
             "--gateway-id",
             self.gateway_id,
+            "--public-keys",
+            str(_test_keys(self.workdir)),
             "--cache",
             str(self.workdir / f"{self.gateway_id}.json"),
             "--poll-interval",
@@ -389,6 +392,13 @@ def nginx(
     return Process(command, port)
 
 
+def _test_keys(folder: Path) -> Path:
+    """The key set gateways under test trust: tests/conftest.py's file, or (a
+    benchmark, outside pytest) the same keys saved in ``folder``."""
+    given = os.environ.get("SLUICE_PUBLIC_KEYS")
+    return Path(given) if given else keys_file(folder)
+
+
 def nginx_module(
     workdir: Path,
     *,
@@ -403,12 +413,14 @@ def nginx_module(
     cache: Path | None = None,
     redis_timeout_ms: int | None = None,
     options: str = "",
+    public_keys: Path | None = None,
 ) -> Process:
     """nginx enforcing with Sluice's Lua module (``docs/gateways/nginx-module.conf``):
     the client package's Lua files from this checkout, decision events to
     ``events_redis`` when given (else the buckets' Redis), the last good rules in
     ``cache`` (a folder; a new one by default); ``options``: more of the module's
-    options, as Lua table fields (``github_headers = true,``)."""
+    options, as Lua table fields (``github_headers = true,``); ``public_keys``: the
+    key set it trusts (the tests' key by default)."""
     prefix = workdir / f"nginx-module-{port}"
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     config = render(
@@ -435,6 +447,8 @@ def nginx_module(
     text = text.replace(
         'cache = "sluice-rules.json"', f'cache = "{cache}/sluice-rules.json"'
     )
+    keys = public_keys or _test_keys(prefix)
+    text = text.replace('public_keys = "sluice-keys.json"', f'public_keys = "{keys}"')
     if events_redis is not None:
         options += f' events_redis = "127.0.0.1:{events_redis}",'
     if options:  # more of the module's options (Lua table fields)

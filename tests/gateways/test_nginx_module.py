@@ -25,14 +25,17 @@ from pathlib import Path
 
 import pytest
 import redis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sluice import Bundle, Snapshot
+from sluice import Bundle, KeyRing, Snapshot
+from sluice.signing import sign
 from tests.celery_fixtures import wait_until
 from tests.client.protocol_server import ProtocolServer
 from tests.conformance import corpus
 from tests.gateways import servers
 from tests.gateways.conftest import call
 from tests.servers import RedisServer, free_port
+from tests.signing import TEST_SIGNING_KEY, keys_file
 
 
 @pytest.fixture
@@ -48,7 +51,12 @@ def start_nginx(redis_server, redis_client, backend, tmp_path, cache_dir):
     """``start_nginx(control_plane_port, token)``: nginx with the module; stopped after."""
     started = []
 
-    def start(control_plane: int, token: str = "gw_test_token", name: str = "ngx-a"):
+    def start(
+        control_plane: int,
+        token: str = "gw_test_token",
+        name: str = "ngx-a",
+        public_keys: Path | None = None,
+    ):
         port = free_port()
         process = servers.nginx_module(
             tmp_path,
@@ -59,6 +67,7 @@ def start_nginx(redis_server, redis_client, backend, tmp_path, cache_dir):
             token=token,
             gateway_id=name,
             cache=cache_dir,
+            public_keys=public_keys,
         )
         started.append(process.start())
         return port, process
@@ -483,3 +492,123 @@ def test_nginx_module__clock_an_hour_off__versions_judged_by_redis_time(
         process.stop()
     # Then version N+1 decided it, as on any gateway whatever its clock
     assert answer.headers["ratelimit-policy"] == '"tenant-day";q=5;w=72000'
+
+
+def _forge_cache(cache_dir: Path) -> None:
+    """Edit the cached rules (only the default policies left) and recompute every
+    hash, as someone with write access to the gateway's disk would; the
+    signature line stays as it was."""
+    path = cache_dir / "sluice-rules.json"
+    head, _, _body = path.read_bytes().partition(b"\n")
+    active = corpus.snapshot()
+    lax = replace(
+        active.rules,
+        policies=tuple(p for p in active.rules.policies if p.scope == "default"),
+    )
+    forged = Snapshot.build(
+        version=active.version,
+        parent=active.parent,
+        published_at=active.published_at,
+        effective_at=active.effective_at,
+        rules=lax,
+    )
+    body = b'{"active":' + forged.to_bytes() + b',"scheduled":[]}'
+    path.write_bytes(head + b"\n" + body)
+
+
+def test_nginx_module__cache_edited_and_rehashed__refused_at_restart(
+    start_nginx, rules_server, cache_dir
+):
+    # Given nginx that applied the corpus' rules and wrote them to its cache, then stopped
+    _, first = start_nginx(port_of(rules_server))
+    wait_applied(rules_server)
+    first.stop()
+    # When the cached rules are edited, hashes recomputed, and nginx starts again
+    # while the control plane does not answer
+    _forge_cache(cache_dir)
+    port, restarted = start_nginx(free_port())
+    answer = call(port, "/v1/search", tenant="free-a")
+    # Then the file is refused with one line naming the signature, and the strict
+    # built-in rules apply: neither the edited rules nor unlimited
+    assert answer.headers["ratelimit-policy"] == '"ip-s";q=20;w=2'
+    refusals = [
+        line
+        for line in restarted.log.read_text(errors="replace").splitlines()
+        if "snapshot.cache_ignored" in line
+    ]
+    assert refusals
+    assert all("does not match the bundle" in line for line in refusals)
+
+
+def _following() -> bytes:
+    """The bytes of a valid bundle of a later version (the corpus' rules)."""
+    active = corpus.snapshot()
+    later = Snapshot.build(
+        version=corpus.VERSION + 10,
+        parent=corpus.VERSION,
+        published_at=active.published_at,
+        effective_at=active.effective_at,
+        rules=active.rules,
+    )
+    return b'{"active":' + later.to_bytes() + b',"scheduled":[]}'
+
+
+def _other_key_signature(body: bytes) -> str:
+    return sign(Ed25519PrivateKey.generate(), body)
+
+
+@pytest.mark.parametrize(
+    ("signer", "says"),
+    [(lambda body: None, "not signed"), (_other_key_signature, "unknown key")],
+    ids=["unsigned", "unknown-key"],
+)
+def test_nginx_module__unsigned_or_unknown_key__refused_reported_rules_stay(
+    start_nginx, rules_server, signer, says
+):
+    # Given nginx that applied the corpus' rules
+    port, process = start_nginx(port_of(rules_server))
+    wait_applied(rules_server)
+    # When the control plane serves a next version unsigned, or signed by another key
+    body = _following()
+    rules_server.serve_bytes(body, signature=signer(body))
+    # Then it is refused, reported with the reason, and the rules in force stay
+    wait_until(
+        lambda: reported(
+            rules_server, "Sluice-Rejected-Version", str(corpus.VERSION + 10)
+        ),
+        timeout=60,
+        every=0.05,
+        why="the refusal to be reported",
+    )
+    reasons = {
+        r["Sluice-Rejected-Reason"]
+        for r in list(rules_server.requests)
+        if "Sluice-Rejected-Reason" in r
+    }
+    assert all(says in reason for reason in reasons)
+    answer = call(port, "/v1/search", tenant="free-a")
+    assert answer.headers["ratelimit-policy"] == '"tenant-day";q=2;w=28800'
+    logged = process.log.read_text(errors="replace").count("snapshot.rejected")
+    assert logged == 1  # one line, though every poll fetched it again
+
+
+def test_nginx_module__rotation_overlap__old_and_new_keys_both_accepted(
+    start_nginx, rules_server, tmp_path
+):
+    # Given nginx configured, for a rotation's overlap, with the old and the new key
+    new_key = Ed25519PrivateKey.generate()
+    both = keys_file(tmp_path, KeyRing([TEST_SIGNING_KEY, new_key]))
+    start_nginx(port_of(rules_server), public_keys=both)
+    # When the control plane signs with the old key, then with the new one
+    wait_applied(rules_server)
+    body = _following()
+    rules_server.serve_bytes(body, signature=sign(new_key, body))
+    # Then both are applied
+    wait_until(
+        lambda: reported(
+            rules_server, "Sluice-Applied-Version", str(corpus.VERSION + 10)
+        ),
+        timeout=60,
+        every=0.05,
+        why="the bundle signed by the new key to be applied",
+    )

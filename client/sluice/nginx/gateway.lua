@@ -19,6 +19,7 @@ local failure = require "sluice.nginx.failure"
 local hotkeys = require "sluice.nginx.hotkeys"
 local keys = require "sluice.nginx.keys"
 local rules = require "sluice.nginx.rules"
+local signing = require "sluice.nginx.signing"
 local source = require "sluice.nginx.source"
 local store = require "sluice.nginx.store"
 
@@ -65,6 +66,13 @@ function _M.new(options)
     offset = nil, -- Redis epoch seconds minus ngx.now(), from the last reply
     counter = 0,
   }, Gateway)
+  if options.control_plane then -- read here, in the master: a missing file stops nginx
+    local path = options.public_keys
+    if not path then
+      error("sluice: public_keys is required: the control plane's sluice-keys.json, saved")
+    end
+    self.keys = signing.load(path:sub(1, 1) == "/" and path or ngx.config.prefix() .. path)
+  end
   if options.events ~= false then
     local events_host, events_port = address(options.events_redis or options.redis
       or "127.0.0.1:6379", 6379)
@@ -114,7 +122,7 @@ function Gateway:start()
   if options.control_plane then
     self.source = source.new(options, function(document)
       self:install(rules.bundle(document, options))
-    end)
+    end, self.keys)
     self.source.rehearsing = function() -- the version it rehearses, for the fleet report
       local upcoming = rules.upcoming(self.engines, self:rules_time())
       return upcoming and upcoming.version

@@ -3,21 +3,26 @@
 -- `GET <control plane>/api/v1/snapshot` from a timer (never on a request's path),
 -- with the gateway token, If-None-Match (304: nothing to do) and the fleet report
 -- (Sluice-Gateway-Id, Sluice-Applied-Version; a refused bundle's version and reason).
--- A new bundle is verified (each snapshot's hash over its canonical document) and
--- compiled before it replaces the one in force: a bad one is kept out and reported. The last good bundle is written to the cache file atomically
--- (the Python client's file format: {"bundle": ..., "etag": ...}) and read back when
--- a worker starts, so a gateway restarted while the control plane is down enforces
--- what it enforced before; with nothing at all, the strict built-in rules apply.
+-- A new bundle is verified (its Ed25519 signature by a trusted key: sluice.nginx.signing,
+-- then each snapshot's hash over its canonical document) and compiled before it
+-- replaces the one in force: a bad, unsigned or wrongly signed one is kept out with
+-- one log line and reported. The last good bundle is written to the cache file
+-- atomically (the Python client's format: a line of JSON with the etag and the
+-- signature, then the body as served) and read back, its signature checked again,
+-- when a worker starts, so a gateway restarted while the control plane is down
+-- enforces what it enforced before; with nothing at all, the strict built-in rules apply.
 
 local cjson = require "cjson.safe"
+local signing = require "sluice.nginx.signing"
 
 local _M = {}
 
 local Source = {}
 Source.__index = Source
 
---- A source; `install(document, etag)` compiles and applies a bundle, raising if it is bad.
-function _M.new(options, install)
+--- A source; `install(document, etag)` compiles and applies a bundle, raising if it
+--- is bad; `keys` the key ring bundles must be signed with (signing.load).
+function _M.new(options, install, keys)
   local scheme, host, port, path =
     options.control_plane:match("^(https?)://([^:/]+):?(%d*)(.*)$")
   if not scheme then
@@ -35,6 +40,8 @@ function _M.new(options, install)
     timeout = (options.poll_timeout or 2) * 1000,
     ssl_verify = options.ssl_verify ~= false,
     install = install,
+    keys = keys,
+    refused = nil, -- the ETag of the last bundle refused: logged once
     etag = nil,
     applied = nil, -- the version in force, reported on every poll
     rejected = nil, -- {version, reason}, reported on the next poll
@@ -175,23 +182,30 @@ function Source:poll()
     return self:failed("HTTP " .. status)
   end
   self.failures = 0
+  local signature = headers["sluice-signature"]
   local document = cjson.decode(body)
-  local ok, err = pcall(self.install, document)
+  local ok, err = signing.verify(self.keys, body, signature)
+  if ok then
+    ok, err = pcall(self.install, document)
+  end
   if not ok then
     local version = type(document) == "table" and type(document.active) == "table"
       and tonumber(document.active.version)
-    ngx.log(ngx.WARN, "sluice: snapshot.rejected: version ", tostring(version), ": ", err)
+    if not headers["etag"] or headers["etag"] ~= self.refused then -- one line per bundle
+      ngx.log(ngx.WARN, "sluice: snapshot.rejected: version ", tostring(version), ": ", err)
+    end
+    self.refused = headers["etag"]
     if version then
       self.rejected = { version, tostring(err) }
     end
     return
   end
   self.etag = headers["etag"]
-  self:save(body)
+  self:save(body, signature)
 end
 
 --- Write the last good bundle atomically (a temporary file renamed over the cache).
-function Source:save(body)
+function Source:save(body, signature)
   if not self.cache then
     return
   end
@@ -200,7 +214,7 @@ function Source:save(body)
   if not file then
     return ngx.log(ngx.WARN, "sluice: snapshot.cache_write_failed: ", err)
   end
-  file:write('{"bundle": ', body, ', "etag": ', cjson.encode(self.etag or cjson.null), "}")
+  file:write(cjson.encode({ etag = self.etag or cjson.null, signature = signature }), "\n", body)
   file:close()
   local moved
   moved, err = os.rename(temporary, self.cache)
@@ -221,12 +235,18 @@ function Source:load()
   end
   local raw = file:read("*a")
   file:close()
-  local data = cjson.decode(raw)
-  if type(data) ~= "table" or type(data.bundle) ~= "table" then
-    ngx.log(ngx.WARN, "sluice: snapshot.cache_ignored: ", self.cache, ": not a bundle file")
+  local newline = raw:find("\n", 1, true)
+  local data = newline and cjson.decode(raw:sub(1, newline - 1))
+  if type(data) ~= "table" or type(data.signature) ~= "string" then
+    ngx.log(ngx.WARN, "sluice: snapshot.cache_ignored: ", self.cache,
+      ": not a signed Sluice bundle file")
     return false
   end
-  local ok, err = pcall(self.install, data.bundle)
+  local body = raw:sub(newline + 1)
+  local ok, err = signing.verify(self.keys, body, data.signature)
+  if ok then
+    ok, err = pcall(self.install, cjson.decode(body))
+  end
   if not ok then
     ngx.log(ngx.WARN, "sluice: snapshot.cache_ignored: ", self.cache, ": ", err)
     return false
