@@ -40,6 +40,13 @@ def schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
         name="remind of expiring overrides, prune expired ones",
         expires=float(settings.SLUICE_OVERRIDE_INTERVAL),
     )
+    if settings.SLUICE_AUDIT_CHECKPOINT_INTERVAL > 0:
+        sender.add_periodic_task(
+            float(settings.SLUICE_AUDIT_CHECKPOINT_INTERVAL),
+            sender.signature("limits.audit_checkpoint"),
+            name="checkpoint the audit chain's head out of the database",
+            expires=float(settings.SLUICE_AUDIT_CHECKPOINT_INTERVAL),
+        )
     sender.add_periodic_task(
         float(settings.SLUICE_STATS_PRUNE_INTERVAL),
         sender.signature("limits.stats_prune"),

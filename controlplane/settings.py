@@ -310,6 +310,15 @@ SLUICE_METRICS_NETWORKS = env_list("SLUICE_METRICS_NETWORKS", "127.0.0.0/8,::1")
 SLUICE_SIGNING_KEY = os.environ.get("SLUICE_SIGNING_KEY", "")
 SLUICE_SIGNING_KEY_FILE = os.environ.get("SLUICE_SIGNING_KEY_FILE", "")
 SLUICE_SIGNING_PUBLIC_KEYS_FILE = os.environ.get("SLUICE_SIGNING_PUBLIC_KEYS_FILE", "")
+# The audit log's HMAC keys ("<id>:<base64>[:<last entry>]", the first keys new
+# entries), inline or in a file; neither: a development key made in .sluice/
+# (limits.core.auditkeys). Signed checkpoints of its head: every N entries, every
+# so many seconds (Celery beat), appended to a file when set, always logged.
+SLUICE_AUDIT_KEYS = os.environ.get("SLUICE_AUDIT_KEYS", "")
+SLUICE_AUDIT_KEYS_FILE = os.environ.get("SLUICE_AUDIT_KEYS_FILE", "")
+SLUICE_AUDIT_CHECKPOINT_EVERY = env_int("SLUICE_AUDIT_CHECKPOINT_EVERY", 100)
+SLUICE_AUDIT_CHECKPOINT_INTERVAL = env_int("SLUICE_AUDIT_CHECKPOINT_INTERVAL", 3600)
+SLUICE_AUDIT_CHECKPOINT_FILE = os.environ.get("SLUICE_AUDIT_CHECKPOINT_FILE", "")
 
 #: Proxies whose X-Forwarded-For is believed when recording who made a change.
 SLUICE_TRUSTED_PROXIES = env_list("SLUICE_TRUSTED_PROXIES", "")

@@ -27,5 +27,8 @@ os.environ.setdefault(
     "MC4CAQAwBQYDK2VwBCIEIHNsdWljZS10ZXN0cy1vbmx5LW5vdC1hLXNlY3JldCEh\n"
     "-----END PRIVATE KEY-----\n",
 )
+os.environ.setdefault(
+    "SLUICE_AUDIT_KEYS", "test-1:c2x1aWNlLXRlc3RzLW9ubHktYXVkaXQta2V5"
+)
 
 from controlplane.settings import *  # noqa: F403

@@ -92,6 +92,7 @@ class AuditAction(models.TextChoices):
     TOKEN_REVOKE = "token_revoke", "token revoked"
     RESEND = "resend", "notification resent"
     APPROVE = "approve", "change request approved"
+    SEAL = "seal", "audit chain sealed"
 
 
 class SnapshotKind(models.TextChoices):

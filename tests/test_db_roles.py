@@ -7,15 +7,18 @@ other people's): each test database gets roles named after it, made idempotently
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from io import StringIO
 
 import psycopg
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from limits.core.audit import Actor
-from limits.core.chain import chain_verify
+from limits.core.auditkeys import AuditKey, audit_keys
+from limits.core.chain import chain_head, chain_verify, entry_digest
 from limits.models import AuditEntry, Snapshot, Tier
 from limits.publishing.services import snapshot_publish
 from limits.rules import services as rules
@@ -146,3 +149,66 @@ def test_migrate__as_the_owner__grants_the_runtime_role_new_tables(roles, settin
             [roles["runtime"]],
         ).fetchall()
     assert grants == [("INSERT",), ("SELECT",)]
+
+
+def _forged_entry(prev_hash: str, key_id: str) -> dict:
+    """The issue's forged entry: back-dated to 2020, signed "admin", after the head."""
+    return {
+        "created_at": datetime(2020, 1, 1, tzinfo=UTC),
+        "action": "update",
+        "actor": "admin",
+        "actor_id": None,
+        "request_id": "",
+        "source_ip": None,
+        "object_type": "tier",
+        "object_id": "1",
+        "object_repr": "Gold",
+        "before": None,
+        "after": {"rate": 1000},
+        "reason": "approved",
+        "prev_hash": prev_hash,
+        "key_id": key_id,
+    }
+
+
+def _insert(conn, row: dict, digest: str) -> None:
+    conn.execute(
+        "INSERT INTO limits_auditentry (created_at, action, actor, actor_id, request_id,"
+        " source_ip, object_type, object_id, object_repr, before, after, reason,"
+        " prev_hash, key_id, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s, %s, %s, %s, %s)",
+        [
+            *[row[k] for k in list(row)[:9]],
+            None,
+            json.dumps(row["after"]),
+            row["reason"],
+            row["prev_hash"],
+            row["key_id"],
+            digest,
+        ],
+    )
+
+
+def test_runtime_role__forged_append__refused_or_named_by_audit_verify(roles):
+    # Given a recorded change
+    rules.rule_save(obj=Tier(slug="gold", name="Gold"), actor=Actor.system())
+    head, kid = chain_head(), audit_keys()[0].kid
+    # When the runtime role appends the issue's forged entry the old way (plain
+    # SHA-256 of its fields, linked to the head)
+    unkeyed = _forged_entry(head, "")
+    with psycopg.connect(roles["runtime_url"], autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as refused:
+            _insert(conn, unkeyed, entry_digest(unkeyed))
+        # and then with the key's id and a hash under a key it guessed
+        keyed = _forged_entry(head, kid)
+        guess = AuditKey(kid, b"a guess at the application's key")
+        _insert(conn, keyed, entry_digest(keyed, guess))
+    # Then the database refused the first, and audit_verify names the second
+    assert "key_id is required" in str(refused.value)
+    forged = AuditEntry.objects.get(actor="admin")
+    with pytest.raises(CommandError) as failed:
+        call_command("audit_verify", stdout=StringIO())
+    assert (
+        f"audit chain broken at entry {forged.pk}: its content does not match"
+        in str(failed.value)
+    )

@@ -8,5 +8,6 @@ class AuditEntrySerializer(serializers.ModelSerializer):
     class Meta:
         model = AuditEntry
         # every field the chain's digest covers, so an export verifies on its own
-        fields = ("id", *CHAINED_FIELDS, "hash")
+        # (with the audit keys: the hashes are keyed)
+        fields = ("id", *CHAINED_FIELDS, "key_id", "hash")
         read_only_fields = fields

@@ -51,7 +51,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
             },
         ),
         ("What changed", {"fields": ("changes",)}),
-        ("Hash chain", {"fields": ("hash", "prev_hash")}),
+        ("Hash chain", {"fields": ("hash", "prev_hash", "key_id")}),
         (
             "The record as stored",
             {"fields": ("before_json", "after_json"), "classes": ("collapse",)},

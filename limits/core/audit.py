@@ -24,7 +24,8 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from limits.choices import AuditAction
-from limits.core.chain import chain_head, chain_lock, entry_digest
+from limits.core.chain import chain_head, chain_lock, entry_seal
+from limits.core.checkpoints import checkpoint_due
 from limits.models import AuditEntry
 from sluice.identity import TrustedProxies, client_ip
 
@@ -173,8 +174,9 @@ def audit_record(
     with transaction.atomic(savepoint=False):  # no savepoint's two round trips
         chain_lock()
         entry.prev_hash = chain_head()
-        entry.hash = entry_digest(entry)
+        entry_seal(entry)
         entry.save(force_insert=True)
+    checkpoint_due(entry)
     return entry
 
 

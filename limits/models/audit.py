@@ -14,8 +14,9 @@ class AuditEntry(models.Model):
     Rows are only ever inserted: the application has no update path, database
     triggers (migrations ``audit_append_only``, ``audit_chain``) refuse UPDATE,
     DELETE and TRUNCATE, and the runtime role has no such grant (``db_roles``).
-    Each entry carries the hash of the one before it (``limits.core.chain``), so an
-    entry edited behind the database's back shows when the chain is verified.
+    Each entry carries the hash of the one before it, keyed with a secret the
+    database does not hold (``limits.core.chain``), so an entry edited or added
+    behind the application's back shows when the chain is verified.
     The actor is kept as text, not a foreign key, so deleting a user touches no row.
     """
 
@@ -39,7 +40,15 @@ class AuditEntry(models.Model):
     hash = models.CharField(
         max_length=64,
         editable=False,
-        help_text="SHA-256 of this entry's content and the previous hash.",
+        help_text="HMAC-SHA256, under the application's audit key, of this entry's "
+        "content and the previous hash (plain SHA-256 for entries from before keys).",
+    )
+    key_id = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        editable=False,
+        help_text="The audit key the hash was made with; empty before keys existed.",
     )
 
     class Meta:

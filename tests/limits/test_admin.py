@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from limits.changes.publishing import change_request_publish
 from limits.choices import AuditAction, ScopeKind
-from limits.core.audit import Actor
+from limits.core.audit import Actor, audit_record
 from limits.models import AuditEntry, ChangeRequest, Policy, Tier
 from limits.publishing.services import snapshot_publish
 from limits.rules import services as rules
@@ -32,8 +32,11 @@ def objects():
     route = RouteFactory(slug="search", cost=1)
     tier_policy = PolicyFactory(tier=tier, route=route)
     override = PolicyFactory(override=True, tenant=tenant)
-    entry = AuditEntry.objects.create(
-        action=AuditAction.CREATE, actor="x", object_type="tier", object_repr="pro"
+    entry = audit_record(  # the one way in: the database refuses an unkeyed entry
+        actor=Actor(name="x"),
+        action=AuditAction.CREATE,
+        object_type="tier",
+        object_repr="pro",
     )
     return {
         "tier": tier,

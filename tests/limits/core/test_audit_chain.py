@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from limits.choices import AuditAction
 from limits.core.audit import Actor, audit_record
+from limits.core.auditkeys import audit_keys
 from limits.core.chain import GENESIS, chain_verify, entry_digest
 from limits.models import AuditEntry
 from limits.rules import services as rules_services
@@ -64,7 +65,9 @@ def test_audit_record__three_entries__each_links_to_the_one_before():
     # Then each carries its predecessor's hash and the digest of its stored content
     stored = list(AuditEntry.objects.order_by("id"))
     assert [e.prev_hash for e in stored] == [GENESIS, first.hash, second.hash]
-    assert [e.hash for e in stored] == [entry_digest(e) for e in stored]
+    key = audit_keys()[0]
+    assert [e.hash for e in stored] == [entry_digest(e, key) for e in stored]
+    assert {e.key_id for e in stored} == {key.kid}
     assert stored[0].source_ip == "2001:db8::5"
     # And the command says it is intact, up to the last entry
     assert f"3 entries verified, up to entry {third.pk}; head {third.hash}" in _verify()
