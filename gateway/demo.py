@@ -58,28 +58,22 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
 from sluice import (
-    Bundle,
     DecisionEvents,
     Identity,
     Limiter,
-    Snapshot,
-    SnapshotError,
     SnapshotSource,
     connect,
-    fallback_snapshot,
 )
-from sluice.bundle import read_bundle_file
+from sluice.rulesfile import RulesFile
 from sluice.signing import KeyRing, dev_signing_key
 from sluice.wsgi import RateLimitMiddleware
 
 __all__ = [
-    "BundleFile",
     "Gateway",
     "GatewayServer",
     "backends",
@@ -149,60 +143,12 @@ def backends(
     return _json(start_response, "404 Not Found", {"error": "not_found", "path": path})
 
 
-class BundleFile:
-    """Rules from a bundle file (``manage.py gateway_bundle``), re-read when it changes.
-
-    A file that cannot be read or verified keeps the rules in force (the
-    built-in strict ones before any good file), as a bad poll would.
-    """
-
-    def __init__(
-        self, path: str | Path, *, public_keys: KeyRing, check_every: float = 1.0
-    ) -> None:
-        self.path = Path(path)
-        self.public_keys = public_keys
-        self.check_every = check_every
-        self._bundle = Bundle(fallback_snapshot())
-        self._stamp: float | None = None
-        self._next_check = 0.0
-
-    def current(self, now: float | None = None) -> Snapshot:
-        """The snapshot in force at ``now`` (the limiter's clock for the rules)."""
-        checked = time.monotonic()
-        if checked >= self._next_check:
-            self._next_check = checked + self.check_every
-            self._reload()
-        return self._bundle.in_force(time.time() if now is None else now)
-
-    def upcoming(self, now: float | None = None) -> Snapshot | None:
-        """The next scheduled snapshot, which the limiter rehearses."""
-        return self._bundle.upcoming(time.time() if now is None else now)
-
-    def _reload(self) -> None:
-        try:
-            stamp = self.path.stat().st_mtime
-            if stamp != self._stamp:
-                self._bundle = read_bundle_file(self.path, self.public_keys).bundle
-                self._stamp = stamp
-                logger.info(
-                    "bundle_file.applied: version %s", self._bundle.active.version
-                )
-        except (OSError, SnapshotError) as exc:
-            logger.warning("bundle_file.ignored: %s: %s", self.path, exc)
-
-    def start(self) -> BundleFile:
-        return self
-
-    def stop(self) -> None:
-        pass
-
-
 @dataclass
 class Gateway:
     """The assembled gateway: the WSGI app, and the source, limiter and events behind it."""
 
     app: RateLimitMiddleware
-    source: SnapshotSource | BundleFile
+    source: SnapshotSource | RulesFile
     limiter: Limiter
     events: DecisionEvents | None = None
 
@@ -233,10 +179,10 @@ def _public_keys(env: Mapping[str, str]) -> KeyRing:
     return KeyRing([dev_signing_key(DEV_KEY_PATH)])
 
 
-def _source(env: Mapping[str, str], gateway_id: str) -> SnapshotSource | BundleFile:
+def _source(env: Mapping[str, str], gateway_id: str) -> SnapshotSource | RulesFile:
     keys = _public_keys(env)
     if env.get("SLUICE_BUNDLE_FILE"):
-        return BundleFile(env["SLUICE_BUNDLE_FILE"], public_keys=keys)
+        return RulesFile(env["SLUICE_BUNDLE_FILE"], strict=False, public_keys=keys)
     base = env.get("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8000").rstrip("/")
     return SnapshotSource(
         base + SNAPSHOT_PATH,

@@ -16,6 +16,8 @@ from .bundle import (
     StaticSource,
     fallback_snapshot,
     parse_bundle,
+    parse_bundle_bytes,
+    read_bundle_file,
 )
 from .concurrency import LocalSlots
 from .decision import Decision, Held, LimitStatus, Outcome
@@ -44,6 +46,7 @@ from .rules import (
     describe_limit,
     fallback_rules,
 )
+from .rulesfile import RulesFile, RulesFileError, rules_from_file
 from .signing import KeyRing
 from .snapshot import Snapshot
 from .source import PollResult, SnapshotSource
@@ -86,6 +89,8 @@ __all__ = [
     "Route",
     "RouteTable",
     "Rules",
+    "RulesFile",
+    "RulesFileError",
     "ScopeKind",
     "Snapshot",
     "SnapshotError",
@@ -102,10 +107,13 @@ __all__ = [
     "fallback_rules",
     "fallback_snapshot",
     "parse_bundle",
+    "parse_bundle_bytes",
     "parse_path_pattern",
     "parse_rules",
     "rate_limit_headers",
+    "read_bundle_file",
     "resolve",
     "retry_after_seconds",
+    "rules_from_file",
     "validate_rules",
 ]

@@ -28,7 +28,14 @@ from .rules import (
 )
 from .validation import validate_rules
 
-__all__ = ["parse_concurrency", "parse_limit", "parse_rules", "parse_snapshot_fields"]
+__all__ = [
+    "parse_concurrency",
+    "parse_limit",
+    "parse_policy",
+    "parse_route",
+    "parse_rules",
+    "parse_snapshot_fields",
+]
 
 _SNAPSHOT_KEYS = {
     "format",
@@ -86,11 +93,11 @@ def parse_rules(data: Any, path: str = "rules") -> Rules:
     }
     tenants = _tenants(_mapping(obj["tenants"], f"{path}.tenants"), path)
     routes = {
-        slug: _route(slug, value, f"{path}.routes.{slug}")
+        slug: parse_route(slug, value, f"{path}.routes.{slug}")
         for slug, value in _mapping(obj["routes"], f"{path}.routes").items()
     }
     policies = tuple(
-        _policy(value, f"{path}.policies[{index}]")
+        parse_policy(value, f"{path}.policies[{index}]")
         for index, value in enumerate(_list(obj["policies"], f"{path}.policies"))
     )
     rules = Rules(tiers=tiers, tenants=tenants, routes=routes, policies=policies)
@@ -109,7 +116,8 @@ def _tenants(data: dict[str, Any], path: str) -> dict[str, str]:
     return dict(data)
 
 
-def _route(slug: str, data: Any, path: str) -> Route:
+def parse_route(slug: str, data: Any, path: str = "route") -> Route:
+    """One route (``Route.to_json``); SnapshotError names the bad member."""
     obj = _object(data, path, _ROUTE_KEYS)
     methods = tuple(
         _string(m, f"{path}.methods") for m in _list(obj["methods"], f"{path}.methods")
@@ -131,7 +139,8 @@ def _route(slug: str, data: Any, path: str) -> Route:
     return route
 
 
-def _policy(data: Any, path: str) -> Policy:
+def parse_policy(data: Any, path: str = "policy") -> Policy:
+    """One policy (``Policy.to_json``); SnapshotError names the bad member."""
     obj = _object(data, path, _POLICY_KEYS, _POLICY_OPTIONAL)
     scope = _string(obj["scope"], f"{path}.scope")
     _enum(ScopeKind, scope.partition(":")[0], f"{path}.scope")

@@ -44,6 +44,7 @@ from limits.rules.documents import (
 )
 from limits.rules.schema import schema_errors
 from limits.versions.selectors import snapshot_get_active, snapshot_rules
+from sluice.yamlread import LineProblem, dotted
 
 __all__ = [
     "Applied",
@@ -61,28 +62,8 @@ Path = tuple[str | int, ...]
 _SECTIONS = {"tier": "tiers", "tenant": "tenants", "route": "routes"}
 
 
-def _dotted(path: Path) -> str:
-    text = ""
-    for part in path:
-        text += (
-            f"[{part}]"
-            if isinstance(part, int)
-            else (f".{part}" if text else str(part))
-        )
-    return text or "(the file)"
-
-
-@dataclass(frozen=True)
-class FileProblem:
-    """One problem of a rules file, at its line."""
-
-    line: int
-    path: Path
-    message: str
-
-    def shown(self, name: str) -> str:
-        """``rules.yaml:14: policies[3].limits[0].burst: ...``"""
-        return f"{name}:{self.line}: {_dotted(self.path)}: {self.message}"
+#: One problem of a rules file, at its line (the client's, so both sides say the same).
+FileProblem = LineProblem
 
 
 class RulesFileInvalid(ValidationError):
@@ -90,7 +71,7 @@ class RulesFileInvalid(ValidationError):
 
     def __init__(self, name: str, problems: list[FileProblem]) -> None:
         self.name = name
-        self.problems = sorted(problems, key=lambda p: (p.line, _dotted(p.path)))
+        self.problems = sorted(problems, key=lambda p: (p.line, dotted(p.path)))
         super().__init__(
             [problem.shown(name) for problem in self.problems], code="invalid_file"
         )
@@ -126,9 +107,7 @@ def rules_file_read(text: str, *, name: str = "rules.yaml") -> RulesFile:
     """Read and check a rules file; RulesFileInvalid with every problem at its line."""
     parsed = yaml_read(text)
     if parsed.problems:
-        raise RulesFileInvalid(
-            name, [FileProblem(p.line, p.path, p.message) for p in parsed.problems]
-        )
+        raise RulesFileInvalid(name, parsed.problems)
     found = [
         FileProblem(parsed.line_of(path), path, message)
         for path, message in schema_errors(parsed.data)
@@ -154,7 +133,7 @@ def _documents(parsed: YamlData, name: str) -> RulesFile:
         key = document_key("policy", doc)
         if ("policy", key) in rules_file.paths:
             first = rules_file.paths[("policy", key)]
-            said = f"the same policy as {_dotted(first)} (line {parsed.line_of(first)})"
+            said = f"the same policy as {dotted(first)} (line {parsed.line_of(first)})"
             duplicates.append(
                 FileProblem(
                     parsed.line_of(("policies", index)), ("policies", index), said

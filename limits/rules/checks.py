@@ -27,6 +27,7 @@ from limits.models.rules import (
 from limits.rules.documents import Document, document_key, parse_time
 from limits.rules.schema import schema_errors
 from sluice import snapshot
+from sluice.rulesfile import problem_member
 from sluice.validation import Problem, validate_rules
 
 __all__ = ["DocumentProblem", "document_problems", "rules_problems"]
@@ -151,19 +152,6 @@ def rules_problems(
 
 
 def _located(problem: Problem, policies: Mapping[str, Document]) -> DocumentProblem:
-    if problem.kind != "policy":
-        path: Path = (problem.field,) if problem.key != "*" else ()
-        return DocumentProblem(problem.kind, problem.key, path, problem.message)
-    doc = policies.get(problem.key)
-    member, _, rest = problem.field.partition("[")
-    if doc is None or member not in ("limits", "concurrency") or not rest:
-        return DocumentProblem("policy", problem.key, (member,), problem.message)
-    index, _, tail = rest.partition("]")
-    concurrent = member == "concurrency"
-    rows = [
-        i
-        for i, lim in enumerate(doc["limits"])
-        if ("max_inflight" in lim) == concurrent
-    ]
-    path = ("limits", rows[int(index)], *([tail.lstrip(".")] if tail else []))
-    return DocumentProblem("policy", problem.key, path, problem.message)
+    doc = policies.get(problem.key) if problem.kind == "policy" else None
+    path = problem_member(problem, doc["limits"] if doc is not None else None)
+    return DocumentProblem(problem.kind, problem.key, path, problem.message)

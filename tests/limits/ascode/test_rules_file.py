@@ -24,7 +24,9 @@ from limits.core.audit import Actor
 from limits.models import ChangeRequest, Tenant
 from limits.publishing.services import snapshot_publish
 from limits.rules.schema import schema_json
-from limits.versions.selectors import snapshot_get_active
+from limits.versions.selectors import snapshot_get_active, snapshot_rules
+from sluice.rulesfile import RulesFileError, rules_from_yaml
+from sluice.yamlread import dotted
 from tests.celery_fixtures import broker_url, database_url
 from tests.factories import PolicyFactory
 from tests.hostile_input import BILLION_LAUGHS
@@ -61,7 +63,7 @@ def test_export__same_rules__same_bytes_in_a_fixed_order(active):
     assert rules_file_diff(rules_file_read(first)).equal
 
 
-@pytest.mark.parametrize(
+BAD_FILES = pytest.mark.parametrize(
     ("edit", "member", "said", "on_line"),
     [
         (
@@ -103,6 +105,9 @@ def test_export__same_rules__same_bytes_in_a_fixed_order(active):
         ),
     ],
 )
+
+
+@BAD_FILES
 def test_read__bad_file__error_names_its_line_and_member(
     active, edit, member, said, on_line
 ):
@@ -114,6 +119,40 @@ def test_read__bad_file__error_names_its_line_and_member(
         f"rules.yaml:{problem.line}: {member}"
     )
     assert on_line in text.splitlines()[problem.line - 1]
+
+
+def test_client_read__exported_file__the_active_versions_rules(active):
+    # Given the export of the active version / When the client reads it (no control plane)
+    rules = rules_from_yaml(rules_export())
+    # Then it enforces what the control plane publishes
+    published = snapshot_rules(active)
+    assert (rules.tiers, rules.tenants, rules.routes) == (
+        published.tiers,
+        published.tenants,
+        published.routes,
+    )
+    assert sorted(map(repr, rules.policies)) == sorted(map(repr, published.policies))
+
+
+@BAD_FILES
+def test_client_read__bad_file__same_lines_and_members_as_the_control_plane(
+    active, edit, member, said, on_line
+):
+    # Given a bad file
+    text = edit(rules_export())
+    # When both sides read it
+    with pytest.raises(RulesFileInvalid) as server:
+        rules_file_read(text, name="rules.yaml")
+    with pytest.raises(RulesFileError) as client:
+        rules_from_yaml(text, name="rules.yaml")
+
+    # Then they point at the same lines and members (whole-set checks: same words too)
+    def where(problems):
+        return sorted((p.line, dotted(p.path)) for p in problems)
+
+    assert where(client.value.problems) == where(server.value.problems)
+    if said == "unknown tier 'gold'":
+        assert str(client.value) == "\n".join(server.value.messages)
 
 
 def test_diff__file_lowers_a_tier__changes_in_words_with_tenants_reached(active):
