@@ -27,6 +27,7 @@ from .headers import error_response, rate_limit_headers, retry_after_seconds
 from .hotkeys import Leases, RejectCache
 from .identity import Identity, TrustedProxies, client_ip
 from .limiter import Limiter
+from .memory import MemoryStore
 from .metrics import STREAM_KEY, DecisionEvents
 from .parsing import parse_rules
 from .rehearsal import Rehearsed
@@ -77,6 +78,7 @@ __all__ = [
     "Limiter",
     "LocalBuckets",
     "LocalSlots",
+    "MemoryStore",
     "Outcome",
     "PatternError",
     "Policy",

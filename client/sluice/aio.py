@@ -13,13 +13,14 @@ from typing import Unpack
 import redis.asyncio
 
 from .backlog import Orphan
-from .bucket import STORE_ERRORS, AsyncTokenBucket, connect_async
+from .bucket import SCRIPT, STORE_ERRORS, AsyncTokenBucket, connect_async
 from .bundle import Bundle, SnapshotProvider
 from .decision import Decision, Held
 from .engine import Engine, Prepared
 from .failure import CircuitBreaker
 from .hot import HotCall
 from .limiter import CoreOptions, LimiterCore, logger
+from .memory import AsyncMemoryScript, MemoryStore, memory_store
 from .pipelining import DEFAULT_MAX_BATCH, AutoPipeline
 from .scripts import CHARGE, HOT, RELEASE, AsyncScript, charge_args
 from .snapshot import Snapshot
@@ -33,7 +34,8 @@ PIPELINING_DEFAULT = True
 
 
 class AsyncLimiter(LimiterCore):
-    """Asyncio limiter over a ``redis.asyncio`` Redis or RedisCluster client, or a URL.
+    """Asyncio limiter over a ``redis.asyncio`` Redis or RedisCluster client, or a URL,
+    or in memory (``"memory://"`` or a :class:`~.memory.MemoryStore`: one process only).
 
     Script calls are auto-pipelined (:mod:`.pipelining`): those that meet a round
     trip in flight to their Redis node are sent together in the next one, at most
@@ -44,7 +46,7 @@ class AsyncLimiter(LimiterCore):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | str,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | str | MemoryStore,
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
         timeout: float = 0.005,
@@ -53,20 +55,39 @@ class AsyncLimiter(LimiterCore):
         **options: Unpack[CoreOptions],
     ) -> None:
         super().__init__(rules, **options)
+        self.pipeline: AutoPipeline | None = None
+        self.bucket: AsyncTokenBucket | AsyncMemoryScript
+        self.hot: AsyncScript | AsyncMemoryScript
+        self._release: AsyncScript | AsyncMemoryScript
+        self._charge: AsyncScript | AsyncMemoryScript
         if isinstance(client, str):
-            client = connect_async(client, timeout=timeout)
+            client = memory_store(client) or connect_async(client, timeout=timeout)
+        if isinstance(client, MemoryStore):  # the same scripts, in process
+            self.time_told(client.time())  # its clock is the rules' clock: no I/O
+            self.bucket = client.async_script(SCRIPT)
+            self.hot = client.async_script(HOT)
+            self._release = client.async_script(RELEASE)
+            self._charge = client.async_script(CHARGE)
+        else:
+            self._on_redis(client, pipelining, max_batch)
+        self._settling: asyncio.Task[None] | None = None
+        self._time_asking: asyncio.Future[None] | None = None  #: Redis TIME, once
+
+    def _on_redis(
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+        pipelining: bool | None,
+        max_batch: int,
+    ) -> None:
         self.watch_nodes(client)
         if pipelining is None:
             pipelining = PIPELINING_DEFAULT
-        self.pipeline = (
-            AutoPipeline(client, max_batch=max_batch) if pipelining else None
-        )
+        if pipelining:
+            self.pipeline = AutoPipeline(client, max_batch=max_batch)
         self.bucket = AsyncTokenBucket(client, pipeline=self.pipeline)
         self.hot = AsyncScript(client, HOT, pipeline=self.pipeline)
         self._release = AsyncScript(client, RELEASE, pipeline=self.pipeline)
         self._charge = AsyncScript(client, CHARGE)  # the backlog's: not batched
-        self._settling: asyncio.Task[None] | None = None
-        self._time_asking: asyncio.Future[None] | None = None  #: Redis TIME, once
 
     async def decide(
         self,

@@ -21,7 +21,7 @@ import redis
 import redis.asyncio
 
 from .backlog import Backlog, Charge, Charges, Orphans
-from .bucket import STORE_ERRORS, Client, TokenBucket, connect, patient
+from .bucket import SCRIPT, STORE_ERRORS, Client, TokenBucket, connect, patient
 from .bundle import Bundle, SnapshotProvider, StaticSource
 from .cluster import DeferredCluster
 from .concurrency import LocalSlots, RequestIds
@@ -30,6 +30,7 @@ from .engine import Engine, Prepared
 from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
 from .hot import HotCall, cached_rejection, hot_abort, hot_begin, hot_finish
 from .hotkeys import Leases, RejectCache
+from .memory import MemoryScript, MemoryStore, memory_store
 from .metrics import DecisionEvents
 from .rehearsal import rehearsed
 from .rules import FailureMode
@@ -356,7 +357,8 @@ class LimiterCore:
 
 
 class Limiter(LimiterCore):
-    """Sync limiter over a Redis or Redis Cluster client (or a URL: see :func:`.bucket.connect`).
+    """Sync limiter over a Redis or Redis Cluster client (or a URL: see :func:`.bucket.connect`),
+    or in memory (``"memory://"`` or a :class:`~.memory.MemoryStore`: one process only).
 
     ``rules`` is a :class:`~.source.SnapshotSource` (or any provider), or a fixed
     snapshot or bundle. ``unmatched`` is the failure mode of requests that match
@@ -367,15 +369,35 @@ class Limiter(LimiterCore):
 
     def __init__(
         self,
-        client: Client | str,
+        client: Client | str | MemoryStore,
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
         timeout: float = 0.005,
         **options: Unpack[CoreOptions],
     ) -> None:
         super().__init__(rules, **options)
+        self.bucket: TokenBucket | MemoryScript
+        self.hot: Script | MemoryScript
+        self._release: Script | MemoryScript
+        self._release_later: Script | MemoryScript
+        self._charge: Script | MemoryScript
         if isinstance(client, str):
-            client = connect(client, timeout=timeout)
+            client = memory_store(client) or connect(client, timeout=timeout)
+        if isinstance(client, MemoryStore):  # the same scripts, in process
+            self.time_told(client.time())  # its clock is the rules' clock: no I/O
+            self.bucket, self.hot = client.script(SCRIPT), client.script(HOT)
+            self._release = self._release_later = client.script(RELEASE)
+            self._charge = client.script(CHARGE)
+        else:
+            self._on_redis(client)
+        self.backlog = Backlog(
+            self.orphans,
+            self.charges,
+            release=self._release_now,
+            charge=self._charge_now,
+        )
+
+    def _on_redis(self, client: Client) -> None:
         self.watch_nodes(client)
         self.bucket = TokenBucket(client)
         self.hot = Script(client, HOT)
@@ -383,12 +405,6 @@ class Limiter(LimiterCore):
         background = patient(client)
         self._release_later = Script(background, RELEASE)
         self._charge = Script(background, CHARGE)
-        self.backlog = Backlog(
-            self.orphans,
-            self.charges,
-            release=self._release_now,
-            charge=self._charge_now,
-        )
 
     def decide(
         self,

@@ -1,0 +1,311 @@
+"""An in-process store: the client's Redis scripts as Python, for tests and one-process apps.
+
+``Limiter("memory://", rules)`` or ``Limiter(MemoryStore(), rules)`` (and the
+same for :class:`~.aio.AsyncLimiter`) decide with the same keys, arguments and
+replies as on Redis: each method of :class:`MemoryStore` is one of the scripts
+in ``lua/`` (``token_bucket``, ``hot``, ``release``, ``charge``), line for line,
+down to Redis's millisecond key expiry. The conformance corpus holds it to the
+Redis decisions (``tests/conformance``).
+
+What it is not: shared. Each process has its own buckets, so N processes admit
+N times the rate. Use it for tests, local development and single-process apps;
+use Redis when more than one process enforces the same limits.
+
+Time is ``clock`` (epoch seconds, ``time.time`` by default), which stands for
+Redis's ``TIME``: a test moves it to refill buckets without sleeping
+(:mod:`.testing`). A lock makes each call atomic, as a script is on Redis.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .bucket import SCRIPT
+from .scripts import CHARGE, HOT, RELEASE
+
+__all__ = [
+    "MEMORY_URL",
+    "AsyncMemoryScript",
+    "MemoryScript",
+    "MemoryStore",
+    "memory_store",
+]
+
+#: The URL limiters take for a new :class:`MemoryStore`.
+MEMORY_URL = "memory://"
+#: a script: keys, arguments (text), the time of the call (µs) -> the reply
+_Run = Callable[[list[str], list[str], int], Any]
+_SWEEP_EVERY = 10_000  #: writes between two sweeps of expired keys
+
+
+def memory_store(url: str) -> MemoryStore | None:
+    """A new store for a limiter given ``"memory://"``; None for another URL."""
+    if not url.startswith(MEMORY_URL):
+        return None
+    if url != MEMORY_URL:
+        raise ValueError(f"{url!r}: the memory store takes no options")
+    return MemoryStore()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class MemoryStore:
+    """Buckets and concurrency slots in this process, behind the scripts' contract."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: bucket key -> (TAT in µs, expiry in ms): SET ... PX
+        self._values: dict[str, tuple[int, int]] = {}
+        #: slot key -> (member -> score in ms, expiry in ms or None): a sorted set
+        self._sets: dict[str, tuple[dict[str, int], int | None]] = {}
+        self._writes = 0
+        self._scripts: dict[bytes, _Run] = {
+            SCRIPT: self._token_bucket,
+            HOT: self._hot,
+            RELEASE: self._release,
+            CHARGE: self._charge,
+        }
+
+    def script(self, source: bytes) -> MemoryScript:
+        """The script of ``source`` (one of ``lua/``) on this store."""
+        return MemoryScript(self, self._scripts[source])
+
+    def async_script(self, source: bytes) -> AsyncMemoryScript:
+        """:meth:`script` for an asyncio limiter (awaited replies)."""
+        return AsyncMemoryScript(self, self._scripts[source])
+
+    def run(
+        self, run: Callable[..., Any], keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run one script atomically at one instant, as Redis runs EVALSHA."""
+        with self._lock:
+            return run(list(keys), [_text(a) for a in args], self._now())
+
+    def keys(self) -> dict[str, Any]:
+        """Every live key: a bucket's TAT (µs), a slot's members (for tests and debugging)."""
+        with self._lock:
+            now_ms = self._now() // 1000
+            found: dict[str, Any] = {
+                k: v for k, (v, until) in self._values.items() if now_ms <= until
+            }
+            for key, (members, until) in self._sets.items():
+                if members and (until is None or now_ms <= until):
+                    found[key] = dict(members)
+            return found
+
+    def flush(self) -> None:
+        """Forget every key (``FLUSHDB``)."""
+        with self._lock:
+            self._values.clear()
+            self._sets.clear()
+
+    def close(self) -> None:
+        """Nothing to close (limiters call it as on a Redis client)."""
+
+    async def aclose(self) -> None:
+        """Nothing to close (asyncio limiters call it as on a Redis client)."""
+
+    def time(self) -> tuple[int, int]:
+        """The store's clock as Redis answers ``TIME``: (seconds, microseconds). The
+        limiters read it once, when made, for the rules' times (one clock)."""
+        now = self._now()
+        return now // 1_000_000, now % 1_000_000
+
+    # -- Redis commands, as the scripts use them --------------------------------------
+
+    def _now(self) -> int:
+        return int(self._clock() * 1_000_000)  # TIME, in µs
+
+    def _get(self, key: str, now: int) -> int | None:
+        entry = self._values.get(key)
+        if entry is None:
+            return None
+        if now // 1000 > entry[1]:  # Redis: expired once its ms clock passes the expiry
+            del self._values[key]
+            return None
+        return entry[0]
+
+    def _set(self, key: str, value: int, px: int, now: int) -> None:
+        self._values[key] = (value, now // 1000 + px)
+        self._writes += 1
+        if self._writes % _SWEEP_EVERY == 0:
+            self._sweep(now // 1000)
+
+    def _sweep(self, now_ms: int) -> None:
+        """Drop expired keys, as Redis's active expiry does: memory follows active clients."""
+        for key in [k for k, (_, until) in self._values.items() if now_ms > until]:
+            del self._values[key]
+        for key in [
+            k
+            for k, (_, until) in self._sets.items()
+            if until is not None and now_ms > until
+        ]:
+            del self._sets[key]
+
+    def _members(self, key: str, now_ms: int) -> dict[str, int]:
+        entry = self._sets.get(key)
+        if entry is not None and entry[1] is not None and now_ms > entry[1]:
+            del self._sets[key]
+            entry = None
+        return {} if entry is None else entry[0]
+
+    def _zset(self, key: str, members: dict[str, int], expiry: int | None) -> None:
+        if members:
+            self._sets[key] = (members, expiry)
+        else:  # Redis deletes an emptied set, and its expiry with it
+            self._sets.pop(key, None)
+
+    # -- the scripts --------------------------------------------------------------------
+
+    def _token_bucket(self, keys: list[str], argv: list[str], now: int) -> list[int]:
+        """``lua/token_bucket.lua``."""
+        debts: list[int] = []
+        fits: list[int | None] = []
+        admitted = rehearsed = 1
+        for i, key in enumerate(keys):
+            tat = self._get(key, now)
+            debt = tat - now if tat is not None and tat > now else 0
+            after = debt + int(argv[3 * i])
+            kind = argv[3 * i + 2]
+            if after <= int(argv[3 * i + 1]):
+                fits.append(after)
+            else:
+                fits.append(None)
+                if kind == "2":
+                    rehearsed = 0
+                elif kind == "3":
+                    admitted = rehearsed = 0
+                elif kind != "1":
+                    admitted = 0
+            debts.append(debt)
+        reply = [admitted]
+        for i, key in enumerate(keys):
+            debt, fit = debts[i], fits[i]
+            charged = rehearsed if argv[3 * i + 2] == "2" else admitted
+            if charged == 1 and fit is not None:
+                debt = fit
+                self._set(key, now + debt, math.ceil(debt / 1000), now)
+            reply += [1 if fit is not None else 0, debt]
+        return [*reply, now]
+
+    def _hot(self, keys: list[str], argv: list[str], now: int) -> list[int]:
+        """``lua/hot.lua``: buckets with leases, then concurrency slots."""
+        now_ms = now // 1000
+        m = int(argv[1])
+        admitted = rehearsed = 1
+        debts, grants, fits = [], [], []
+        for i in range(m):
+            base = 4 * i + 2
+            increment, capacity = int(argv[base]), int(argv[base + 1])
+            want = int(argv[base + 3])
+            tat = self._get(keys[i], now)
+            debt = tat - now if tat is not None and tat > now else 0
+            granted = min(want, (capacity - debt) // increment)
+            fit = want == 0 or granted >= 1
+            kind = argv[base + 2]
+            if not fit:
+                if kind == "2":
+                    rehearsed = 0
+                elif kind == "3":
+                    admitted = rehearsed = 0
+                elif kind != "1":
+                    admitted = 0
+            debts.append(debt)
+            grants.append(max(granted, 0))
+            fits.append(fit)
+        slots = len(keys) - m
+        counts, room, sets = [], [], []
+        for j in range(slots):
+            key, base = keys[m + j], 2 + 4 * m + 3 * j
+            members = {
+                k: v for k, v in self._members(key, now_ms).items() if v > now_ms
+            }
+            self._zset(key, members, self._sets.get(key, ({}, None))[1])
+            sets.append(members)
+            counts.append(len(members))
+            room.append(len(members) < int(argv[base]))
+            if not room[j] and argv[base + 2] != "1":
+                admitted = 0
+        reply = [admitted]
+        for i in range(m):
+            debt, granted = debts[i], grants[i]
+            charged = rehearsed if argv[4 * i + 4] == "2" else admitted
+            if charged == 1 and fits[i] and granted > 0:
+                debt += granted * int(argv[4 * i + 2])
+                self._set(keys[i], now + debt, math.ceil(debt / 1000), now)
+            else:
+                granted = 0
+            reply += [1 if fits[i] else 0, debt, granted]
+        for j in range(slots):
+            key, base = keys[m + j], 2 + 4 * m + 3 * j
+            count = counts[j]
+            if admitted == 1 and room[j]:
+                self._slot_add(key, sets[j], argv[0], now_ms, int(argv[base + 1]))
+                count += 1
+            reply += [1 if room[j] else 0, count]
+        return [*reply, now]
+
+    def _slot_add(
+        self, key: str, members: dict[str, int], member: str, now_ms: int, timeout: int
+    ) -> None:
+        """ZADD, then PEXPIRE when the key would live less than ``timeout`` ms."""
+        expiry = self._sets.get(key, ({}, None))[1]
+        members[member] = now_ms + timeout
+        left = -1 if expiry is None else expiry - now_ms  # PTTL
+        self._zset(key, members, now_ms + timeout if left < timeout else expiry)
+
+    def _release(self, keys: list[str], argv: list[str], now: int) -> int:
+        """``lua/release.lua``: ZREM the request id from each set."""
+        removed = 0
+        for key in keys:
+            members = self._members(key, now // 1000)
+            if argv[0] in members:
+                del members[argv[0]]
+                removed += 1
+                self._zset(key, members, self._sets[key][1])
+        return removed
+
+    def _charge(self, keys: list[str], argv: list[str], now: int) -> int:
+        """``lua/charge.lua``: add what was admitted without the store, capped."""
+        for i, key in enumerate(keys):
+            tat = self._get(key, now)
+            if tat is None or tat < now:
+                tat = now
+            tat = min(tat + int(argv[2 * i]), now + 2 * int(argv[2 * i + 1]))
+            self._set(key, tat, max(1, math.ceil((tat - now) / 1000)), now)
+        return len(keys)
+
+
+class MemoryScript:
+    """A script on a :class:`MemoryStore`, called as a :class:`~.scripts.Script` is."""
+
+    def __init__(self, store: MemoryStore, run: _Run) -> None:
+        self.client = store  #: what it runs on, as a Redis script's ``client``
+        self._run = run
+
+    def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self.client.run(self._run, keys, args)
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+class AsyncMemoryScript(MemoryScript):
+    """A script on a :class:`MemoryStore`, called as an :class:`~.scripts.AsyncScript` is:
+    the reply is ready at once, so ``deadline`` never passes."""
+
+    def __call__(
+        self, keys: Sequence[str], args: Sequence[Any], deadline: float | None = None
+    ) -> Awaitable[Any]:
+        return _ready(self.client.run(self._run, keys, args))
+
+
+async def _ready(value: Any) -> Any:
+    return value
