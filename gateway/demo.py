@@ -21,7 +21,7 @@ SLUICE_GATEWAY_ID           the host name                              reported 
 SLUICE_REDIS_URL            redis://127.0.0.1:6379/0                   Redis for the buckets (a cluster:
                                                                        seeds, comma-separated)
 SLUICE_REDIS_CLUSTER        0                                          1: the URL names Redis Cluster nodes
-SLUICE_REDIS_TIMEOUT        0.005                                      seconds per Redis call
+SLUICE_REDIS_TIMEOUT        0.05                                       seconds per Redis call
 SLUICE_SNAPSHOT_CACHE       .sluice/gateway-<id>.json                  last good rules on disk
 SLUICE_POLL_INTERVAL        5                                          seconds between polls
 SLUICE_TRUSTED_PROXIES      (empty)                                    comma-separated proxy addresses
@@ -214,7 +214,7 @@ def build(env: Mapping[str, str]) -> Gateway:
     cluster = env.get("SLUICE_REDIS_CLUSTER", "0") == "1"
     client = connect(
         env.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        timeout=float(env.get("SLUICE_REDIS_TIMEOUT", "0.005")),
+        timeout=float(env.get("SLUICE_REDIS_TIMEOUT", "0.05")),
         cluster=cluster,
     )
     events = _events(env, gateway_id)

@@ -13,7 +13,13 @@ from typing import Unpack
 import redis.asyncio
 
 from .backlog import Orphan
-from .bucket import SCRIPT, STORE_ERRORS, AsyncTokenBucket, connect_async
+from .bucket import (
+    DEFAULT_TIMEOUT,
+    SCRIPT,
+    STORE_ERRORS,
+    AsyncTokenBucket,
+    connect_async,
+)
 from .bundle import Bundle, SnapshotProvider
 from .decision import Decision, Held
 from .engine import Engine, Prepared
@@ -49,7 +55,7 @@ class AsyncLimiter(LimiterCore):
         client: redis.asyncio.Redis | redis.asyncio.RedisCluster | str | MemoryStore,
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
-        timeout: float = 0.005,
+        timeout: float = DEFAULT_TIMEOUT,
         pipelining: bool | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         **options: Unpack[CoreOptions],

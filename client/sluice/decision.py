@@ -105,6 +105,9 @@ class Decision(NamedTuple):
     #: what the rehearsed scheduled version would have answered (:mod:`.rehearsal`);
     #: None when nothing was rehearsed. Never rendered in headers.
     rehearsed: Rehearsed | None = None
+    #: the failure mode that decided a degraded decision (``open``, ``local``,
+    #: ``closed``, ``open-unbounded``: the ``Sluice-Degraded`` field); None otherwise
+    failure_mode: str | None = None
 
     @property
     def violated(self) -> tuple[LimitStatus, ...]:

@@ -306,6 +306,7 @@ def failover(
         degraded=True,
         fail_open=decision.allowed and mode is FailureMode.OPEN,
         error=error,
+        failure_mode=mode.value,
     )
 
 
@@ -419,4 +420,5 @@ def _unbucketed(
         fail_open=allowed,
         error=error,
         at=at,
+        failure_mode=prepared.failure_mode.value,
     )

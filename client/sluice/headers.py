@@ -18,7 +18,10 @@ A concurrency limit (``<dimension>-concurrent``) is a policy in the draft's
 the Retry-After hint.
 
 Shadow limits are never advertised. A degraded decision (made without Redis)
-carries no RateLimit fields: its numbers are not the published ones. A limit
+carries ``Sluice-Degraded: <failure mode>`` (``open``, ``local``, ``closed``,
+``open-unbounded``), and the RateLimit fields of the in-process buckets that
+decided it, when any did (``open`` and ``local``): what this gateway knows, its
+own share of the limit under ``local``. A limit
 whose state is unknown (``remaining`` -1: an answer from the reject cache that
 never saw it) is in ``RateLimit-Policy`` but left out of ``RateLimit``.
 
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from .decision import Decision, LimitStatus
+from .protocol import DEGRADED
 
 __all__ = [
     "PROBLEM_QUOTA_EXCEEDED",
@@ -72,8 +76,6 @@ def status_line(status: int) -> str:
 
 
 def _advertised(decision: Decision) -> list[LimitStatus]:
-    if decision.degraded:
-        return []
     return [s for s in decision.statuses if not s.limit.shadow]
 
 
@@ -93,13 +95,15 @@ def rate_limit_headers(
     github: bool = False,
     wall: Callable[[], float] = time.time,
 ) -> list[tuple[str, str]]:
-    """``RateLimit-Policy`` and ``RateLimit`` (and ``X-RateLimit-*`` when ``github``).
+    """``RateLimit-Policy`` and ``RateLimit`` (and ``X-RateLimit-*`` when ``github``),
+    and ``Sluice-Degraded`` on a degraded decision.
 
     ``wall`` is used only for a decision that carries no Redis time (``at`` 0.0).
     """
+    degraded = [(DEGRADED, decision.failure_mode or "")] if decision.degraded else []
     statuses = _advertised(decision)
     if not statuses:
-        return []
+        return degraded
     headers = [
         (
             "RateLimit-Policy",
@@ -124,7 +128,7 @@ def rate_limit_headers(
                 str(math.ceil((decision.at or wall()) + deciding.reset)),
             ),
         ]
-    return headers
+    return headers + degraded
 
 
 def retry_after_seconds(

@@ -21,7 +21,15 @@ import redis
 import redis.asyncio
 
 from .backlog import Backlog, Charge, Charges, Orphans
-from .bucket import SCRIPT, STORE_ERRORS, Client, TokenBucket, connect, patient
+from .bucket import (
+    DEFAULT_TIMEOUT,
+    SCRIPT,
+    STORE_ERRORS,
+    Client,
+    TokenBucket,
+    connect,
+    patient,
+)
 from .bundle import Bundle, SnapshotProvider, StaticSource
 from .cluster import DeferredCluster
 from .concurrency import LocalSlots, RequestIds
@@ -31,7 +39,7 @@ from .failure import BreakerState, CircuitBreaker, LocalBuckets, failover
 from .hot import HotCall, cached_rejection, hot_abort, hot_begin, hot_finish
 from .hotkeys import Leases, RejectCache
 from .memory import MemoryScript, MemoryStore, memory_store
-from .metrics import DecisionEvents
+from .metrics import DecisionEvents, DegradedCounter
 from .rehearsal import rehearsed
 from .rules import FailureMode
 from .scripts import CHARGE, HOT, RELEASE, Script, charge_args
@@ -96,6 +104,8 @@ class LimiterCore:
         self.slots = LocalSlots(gateways=self.local.gateways)
         self.unmatched = unmatched
         self.events = events
+        #: decisions the failure modes made, by mode (a Prometheus counter)
+        self.degraded = DegradedCounter()
         self.rejections = RejectCache(max_keys=100_000 if reject_cache else 0)
         self.leases = Leases()
         self.request_ids = RequestIds()
@@ -277,9 +287,12 @@ class LimiterCore:
         subclasses run it (a thread, an asyncio task)."""
 
     def record(self, tenant: str | None, decision: Decision) -> Decision:
-        """Hand ``decision`` to the decision events, if any; return it."""
+        """Hand ``decision`` to the decision events, if any, and count it if a
+        failure mode made it (:attr:`degraded`); return it."""
         if self.events is not None:
             self.events.add(tenant, decision)
+        if decision.degraded:
+            self.degraded.add(decision)
         return decision
 
     def prepare(
@@ -372,7 +385,7 @@ class Limiter(LimiterCore):
         client: Client | str | MemoryStore,
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
-        timeout: float = 0.005,
+        timeout: float = DEFAULT_TIMEOUT,
         **options: Unpack[CoreOptions],
     ) -> None:
         super().__init__(rules, **options)

@@ -1,4 +1,5 @@
-"""Decision events: every decision, buffered in memory and flushed to a Redis stream.
+"""Decision events: every decision, buffered in memory and flushed to a Redis stream;
+and the Prometheus counter of decisions made without Redis (:class:`DegradedCounter`).
 
 The request path pays for :meth:`DecisionEvents.add` only: a length check, a
 few attribute reads and a deque append of a tuple of plain values (the
@@ -59,10 +60,16 @@ from typing import Any
 from .bucket import STORE_ERRORS, Client
 from .decision import Decision, Outcome
 from .rehearsal import Rehearsed
-from .rules import Policy
+from .rules import FailureMode, Policy
 from .validation import policy_ref
 
-__all__ = ["STREAM_KEY", "DecisionEvents", "count_events", "count_rehearsals"]
+__all__ = [
+    "STREAM_KEY",
+    "DecisionEvents",
+    "DegradedCounter",
+    "count_events",
+    "count_rehearsals",
+]
 
 STREAM_KEY = "sluice:decisions"  #: the stream the control plane aggregates
 ENTRY_FORMAT = "1"
@@ -255,3 +262,56 @@ def _chunks(records: list[list[Any]], size: int) -> list[list[list[Any]]]:
 
 def _json(records: list[list[Any]]) -> str:
     return json.dumps(records, separators=(",", ":"))
+
+
+class DegradedCounter:
+    """Decisions a failure mode made (Redis failed, late or its circuit open), by mode.
+
+    Every limiter keeps one (``limiter.degraded``), counted on each decision it
+    records. A Prometheus counter, ``sluice_client_degraded_decisions_total``
+    with a ``mode`` label (``open``, ``local``, ``closed``, ``open-unbounded``):
+    register it with prometheus_client (``REGISTRY.register(limiter.degraded)``)
+    or serve :meth:`exposition` yourself. Not counted: answers a gateway gave
+    itself (:attr:`~.decision.Outcome.GATEWAY_TIMEOUT`).
+    """
+
+    NAME = "sluice_client_degraded_decisions"
+    HELP = "Decisions made without Redis, by the failure mode that made them."
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys((mode.value for mode in FailureMode), 0)
+
+    def add(self, decision: Decision) -> None:
+        """Count ``decision`` if a failure mode made it."""
+        mode = decision.failure_mode
+        if mode is None or decision.outcome is Outcome.GATEWAY_TIMEOUT:
+            return
+        with self._lock:  # only degraded decisions pay for it
+            self._counts[mode] = self._counts.get(mode, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        """Decisions per failure mode so far (every mode, 0 included)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def exposition(self) -> str:
+        """The counter in Prometheus' text format."""
+        lines = [
+            f"# HELP {self.NAME}_total {self.HELP}",
+            f"# TYPE {self.NAME}_total counter",
+        ]
+        lines += [
+            f'{self.NAME}_total{{mode="{mode}"}} {count}'
+            for mode, count in self.counts().items()
+        ]
+        return "\n".join(lines) + "\n"
+
+    def collect(self) -> Any:
+        """prometheus_client's collector protocol (imported only when it is asked)."""
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(self.NAME, self.HELP, labels=["mode"])
+        for mode, count in self.counts().items():
+            family.add_metric([mode], count)
+        yield family

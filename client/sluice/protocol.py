@@ -1,5 +1,7 @@
 """The gateway protocol's names, shared by the control plane and every gateway.
 
+Also the one field Sluice adds to the answers gateways give clients (:data:`DEGRADED`).
+
 A gateway polls ``GET /api/v1/snapshot`` (``docs/gateway-protocol.md``) and
 reports, on every poll, who it is and which version it enforces. The control
 plane reads these headers and the client writes them: both import them from here.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "APPLIED_VERSION",
+    "DEGRADED",
     "GATEWAY_ID",
     "MAX_REJECTED_REASON",
     "REHEARSED_VERSION",
@@ -31,6 +34,9 @@ REHEARSED_VERSION = "Sluice-Rehearsed-Version"
 #: A version the gateway refused to switch to, and why (one line).
 REJECTED_VERSION = "Sluice-Rejected-Version"
 REJECTED_REASON = "Sluice-Rejected-Reason"
+#: On an answer decided without Redis: the failure mode that decided it
+#: (``open``, ``local``, ``closed``, ``open-unbounded``; ``docs/enforcement.md``).
+DEGRADED = "Sluice-Degraded"
 #: The control plane keeps this many characters of a rejection reason.
 MAX_REJECTED_REASON = 300
 #: The bundle's Ed25519 signature, ``<key id>:<base64>`` (``sluice.signing``).

@@ -26,6 +26,7 @@ local kept = {
   ["x-ratelimit-limit"] = "txn.sluice_x_ratelimit_limit",
   ["x-ratelimit-remaining"] = "txn.sluice_x_ratelimit_remaining",
   ["x-ratelimit-reset"] = "txn.sluice_x_ratelimit_reset",
+  ["sluice-degraded"] = "txn.sluice_degraded",
   ["sluice-release"] = "txn.sluice_release",
 }
 -- Headers of a rejection not copied to the client (HAProxy sets its own).

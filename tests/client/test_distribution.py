@@ -7,6 +7,7 @@ libraries it must live beside), then decides a request against a real Redis.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -170,10 +171,13 @@ def _venv(tmp_path: Path, *requirements: str | Path) -> Path:
 
 
 def _run(python: Path, script: str, *args: str) -> list[str]:
-    """Run ``script`` away from the repository (its ``limits/`` must not shadow the library)."""
+    """Run ``script`` away from the repository (its ``limits/`` must not shadow the
+    library), PYTHONPATH included (a worktree's run of the suite sets it)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [python, "-c", script, *args],
         cwd=python.parents[2],
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,

@@ -119,9 +119,11 @@ def test_error_response__limiter_unavailable__503_reduced_capacity():
     # When rendered
     response = error_response(decision)
     body = json.loads(response.body)
-    # Then 503 says the limiter is at fault, with Retry-After and no RateLimit fields
+    # Then 503 says the limiter is at fault, with Retry-After, no RateLimit fields
+    # (no bucket decided) and the mode that answered
     assert response.status == 503
     assert dict(response.headers)["Retry-After"] == "3"
     assert "RateLimit" not in dict(response.headers)
+    assert dict(response.headers)["Sluice-Degraded"] == "closed"
     assert body["type"] == PROBLEM_REDUCED_CAPACITY
     assert body["error"] == "limiter_unavailable"

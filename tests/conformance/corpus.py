@@ -7,6 +7,7 @@ through the same scenarios (``scenarios.json``) on the same rules
 all of them:
 
 - the answer the client gets: status, ``RateLimit-Policy``, ``RateLimit``,
+  ``Sluice-Degraded``,
   ``Retry-After``, ``Content-Type`` and the problem+json body;
 - the scripts it ran on Redis, seen through ``MONITOR``: which script, its keys
   and its arguments (``token_bucket.lua`` and ``hot.lua``, the decisions;
@@ -55,7 +56,13 @@ PUBLISHED = datetime(2026, 1, 1, tzinfo=UTC)
 TOLERANCE = 5  #: seconds a count-down value may differ by (see the module docstring)
 PEER = "127.0.0.1"  #: every request comes from loopback, a trusted proxy
 
-COMPARED_HEADERS = ("content-type", "ratelimit-policy", "ratelimit", "retry-after")
+COMPARED_HEADERS = (
+    "content-type",
+    "ratelimit-policy",
+    "ratelimit",
+    "retry-after",
+    "sluice-degraded",
+)
 
 
 def rules() -> Rules:

@@ -301,12 +301,15 @@ def test_nginx_module__redis_stalls__each_route_fails_its_way_within_the_timeout
             opened = call(port, "/v1/search", tenant="stall-t")
         finally:
             stalled.process.send_signal(signal.SIGCONT)
-        # Then the first is refused with the limiter's 503, the second admitted unchecked
-        # by Redis (no RateLimit fields): the timeout answered, not the client's patience
+        # Then the first is refused with the limiter's 503, the second admitted by the
+        # in-process bucket (its RateLimit fields, marked degraded): the timeout
+        # answered, not the client's patience
         assert (closed.status, closed.json()["error"]) == (503, "limiter_unavailable")
         assert closed.headers["retry-after"] == "1"
+        assert closed.headers["sluice-degraded"] == "closed"
         assert opened.status == 200
-        assert "ratelimit" not in opened.headers
+        assert opened.headers["sluice-degraded"] == "open"
+        assert "ratelimit" in opened.headers
     finally:
         process.stop()
         stalled.cleanup()

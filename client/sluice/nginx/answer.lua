@@ -130,11 +130,9 @@ local function t_of(s)
   return ceil(s.fits and s.reset or s.retry_after)
 end
 
---- RateLimit-Policy and RateLimit of a decision, or nil, nil (degraded: none).
+--- RateLimit-Policy and RateLimit of a decision, or nil, nil when no bucket decided
+--- (a degraded decision's are those of the in-process buckets, as headers.py says).
 function _M.rate_limit_fields(decision)
-  if decision.degraded then
-    return nil, nil
-  end
   local policies, states = {}, {}
   for _, s in ipairs(decision.statuses) do
     if not s.shadow then
@@ -158,7 +156,7 @@ end
 --- when the decision carries its time), or nil when no RateLimit fields apply.
 function _M.github_fields(decision)
   local best = decision.deciding
-  if decision.degraded or best == nil then
+  if best == nil then
     return nil
   end
   local at = decision.at > 0 and decision.at or ngx.now()

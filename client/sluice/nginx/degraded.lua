@@ -33,6 +33,7 @@ function Gateway:failover(engine, prepared, err)
     end
   end
   decision.degraded = true
+  decision.failure_mode = mode
   decision.error = err
   return decision
 end
@@ -148,6 +149,7 @@ function Gateway:unchecked(engine, prepared)
     route = prepared.route,
     statuses = {},
     degraded = true,
+    failure_mode = prepared.failure_mode,
     at = self:store_time(),
   }
 end

@@ -250,6 +250,7 @@ function Gateway:access(given)
       ctx.sluice_github = { answer.github_fields(decision) }
     end
     ctx.sluice_held = decision.held
+    ctx.sluice_degraded = decision.degraded and decision.failure_mode or nil
     return
   end
   return self:reject(decision)
@@ -277,6 +278,9 @@ function Gateway:reject(decision)
       set_github({ answer.github_fields(decision) })
     end
   end
+  if decision.degraded then
+    ngx.header["Sluice-Degraded"] = decision.failure_mode
+  end
   ngx.header["Content-Length"] = #body
   ngx.print(body)
   return ngx.exit(ngx.HTTP_OK)
@@ -289,6 +293,9 @@ function Gateway:header_filter()
     ngx.header["RateLimit-Policy"] = ctx.sluice_policy
     ngx.header["RateLimit"] = ctx.sluice_state
     set_github(ctx.sluice_github)
+  end
+  if ctx.sluice_degraded then
+    ngx.header["Sluice-Degraded"] = ctx.sluice_degraded
   end
 end
 
