@@ -9,16 +9,19 @@ seam); the rules' times are set around the Redis server's own time.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 
 from sluice import AsyncLimiter, Bundle, Limiter
 from sluice.bucket import connect_async
-from sluice.bundle import write_bundle_file
+from sluice.bundle import SignedBundle, write_bundle_file
+from sluice.signing import sign
 from sluice.source import SnapshotSource
 from tests.client.clock import moment, redis_time
 from tests.client.factories import limit, policy, rules, snapshot
+from tests.signing import TEST_KEYS, TEST_SIGNING_KEY
 
 #: a gateway whose clock is an hour ahead, and one an hour behind
 SKEWS = [
@@ -100,11 +103,15 @@ def test_snapshot_source__gateway_clock_an_hour_off__the_limiters_clock_wins(
     # Given a gateway's source, its clock an hour off, that read its last good
     # bundle (versions 1, 2 in effect, 3 due) at start, by its own clock
     cache = tmp_path / "rules.json"
-    write_bundle_file(cache, scheduled(redis_time(store)), None)
+    bundle = scheduled(redis_time(store))
+    body = json.dumps(bundle.to_json(), sort_keys=True).encode()
+    signed = SignedBundle(bundle, body, sign(TEST_SIGNING_KEY, body), None)
+    write_bundle_file(cache, signed)
     source = SnapshotSource(
         "http://127.0.0.1:1/api/v1/snapshot",
         "token",
         gateway_id="skewed",
+        public_keys=TEST_KEYS,
         cache_path=cache,
         wall=lambda: time.time() + skew,
     )
