@@ -58,6 +58,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication

@@ -132,6 +132,8 @@ class AsyncLimiter(LimiterCore):
         await asyncio.shield(self._time_asking)
 
     async def _ask_time(self) -> None:
+        # a memory store told its time when the limiter was made: only Redis is asked
+        assert isinstance(self.bucket, AsyncTokenBucket)
         try:
             reply = await self.bucket.client.time()
         except STORE_ERRORS as exc:
