@@ -4,9 +4,11 @@ import gzip
 import json
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from limits.core.audit import Actor
+from limits.gateways.bundle import snapshot_bundle_get
 from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
 from limits.publishing.services import snapshot_publish
@@ -62,3 +64,26 @@ def test_well_known_keys__anonymous__the_signing_key_and_the_extra_ones(
     assert response.status_code == 200
     published = KeyRing.from_json(response.json())
     assert set(published.ids) == {*TEST_KEYS.ids, *upcoming.ids}
+
+
+def test_bundle__signing_key_changed__rebuilt_signed_by_the_new_key(
+    published, settings
+):
+    # Given the bundle in Redis, signed by the tests' key
+    before = snapshot_bundle_get()
+    # When the control plane is restarted on a new key (step 3 of a rotation)
+    new_key = Ed25519PrivateKey.generate()
+    settings.SLUICE_SIGNING_KEY = new_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    after = snapshot_bundle_get()
+    # Then the same bytes (same ETag) come signed by the new key, which verifies
+    assert after.etag == before.etag
+    assert after.signature != before.signature
+    overlap = KeyRing([new_key.public_key()])
+    assert (
+        verify_bundle_bytes(after.body, after.signature, overlap).bundle.active.version
+        == 1
+    )
