@@ -412,3 +412,30 @@ def wait_logged(service, line: str) -> None:
         every=0.05,
         why=f"{line!r} in the log of sluice-decide",
     )
+
+
+def test_decision_service__unsigned_bundle__refused_reported_and_rules_kept(serve):
+    # Given sluice-decide enforcing version 1 (SnapshotSource: the client's own path)
+    service, rules_server = serve(Bundle(RULES))
+    # When the control plane (or something in its place) serves version 2 unsigned
+    v2 = Bundle(snapshot(RULES.rules, version=2))
+    rules_server.serve_bytes(
+        json.dumps(v2.to_json(), sort_keys=True).encode(), signature=None
+    )
+    # Then the service refuses it, says why on its next poll, and keeps version 1
+    wait_until(
+        lambda: any(
+            r.get("Sluice-Rejected-Version") == "2" for r in list(rules_server.requests)
+        ),
+        timeout=60,
+        every=0.05,
+        why="the refusal to be reported",
+    )
+    reasons = {
+        r["Sluice-Rejected-Reason"]
+        for r in list(rules_server.requests)
+        if "Sluice-Rejected-Reason" in r
+    }
+    assert reasons == {"signature: the bundle is not signed"}
+    assert service.version() == 1
+    assert service.output().count("snapshot.rejected") == 1
