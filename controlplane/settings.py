@@ -265,6 +265,8 @@ SLUICE_WEBHOOK_ALLOW_PRIVATE = env_bool("SLUICE_WEBHOOK_ALLOW_PRIVATE", False)
 SLUICE_SECRET_KEYS = env_list("SLUICE_SECRET_KEYS", "")
 #: The address customers reach the changelog at, for links in webhooks and emails.
 SLUICE_PUBLIC_URL = os.environ.get("SLUICE_PUBLIC_URL", "http://127.0.0.1:8000")
+#: The operator's name for its API, in the changelog's and the feed's titles.
+SLUICE_BRAND = os.environ.get("SLUICE_BRAND", "Sluice")
 #: The Redis stream gateways write decision events to (sluice.DecisionEvents).
 SLUICE_DECISION_STREAM = os.environ.get("SLUICE_DECISION_STREAM", "sluice:decisions")
 #: Seconds between two runs of the beat task that rolls the decision stream up.

@@ -93,6 +93,9 @@ class AuditAction(models.TextChoices):
     RESEND = "resend", "notification resent"
     APPROVE = "approve", "change request approved"
     SEAL = "seal", "audit chain sealed"
+    CANCEL = "cancel", "scheduled version cancelled"
+    RESCHEDULE = "reschedule", "scheduled version moved"
+    REVIEW = "review", "change request reviewed"
 
 
 class SnapshotKind(models.TextChoices):
@@ -122,6 +125,7 @@ class DeliveryKind(models.TextChoices):
 
     ANNOUNCEMENT = "announcement", "announcement of a new version"
     REMINDER = "reminder", "reminder before a lowering takes effect"
+    CANCELLATION = "cancellation", "a scheduled version was cancelled"
     TEST = "test", "test event"
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 
 from limits.diff.changes import Change
 from limits.diff.diffing import RulesDiff
@@ -78,16 +79,28 @@ def tiers_of(snapshot: Snapshot) -> tuple[dict[str, str], dict[str, str]]:
 
 @dataclass(frozen=True)
 class ChangelogEntry:
-    """One version as customers read it."""
+    """One announced change as customers read it.
+
+    A scheduled version re-issued to carry later changes in stays one entry:
+    ``announced_as`` is the version it was first announced as (the entry's
+    identity, the feed's id), ``version`` the one that takes effect.
+    """
 
     version: int
-    published_at: datetime
+    published_at: datetime  #: when it was first announced
     effective_at: datetime
     status: str  #: upcoming, in effect, past or cancelled
     emergency: bool
     note: str
     changes: list[dict]
-    replaced_by: int | None = None  #: for a cancelled version: the one that replaced it
+    replaced_by: int | None = None  #: for a version a later one replaced: that one
+    announced_as: int = 0
+    cancellation_note: str = ""
+    cancelled_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not self.announced_as:
+            object.__setattr__(self, "announced_as", self.version)
 
     @property
     def lowers(self) -> bool:
@@ -96,6 +109,7 @@ class ChangelogEntry:
     def to_json(self) -> dict:
         return {
             "version": self.version,
+            "announced_as": self.announced_as,
             "published_at": self.published_at.isoformat(),
             "effective_at": self.effective_at.isoformat(),
             "status": self.status,
@@ -104,6 +118,7 @@ class ChangelogEntry:
             "lowers": self.lowers,
             "changes": self.changes,
             "replaced_by": self.replaced_by,
+            "cancellation_note": self.cancellation_note,
         }
 
 
@@ -122,37 +137,76 @@ def status_of(snapshot: Snapshot, active_version: int | None) -> str:
 
 
 def entry_of(
-    announcement: Announcement, active_version: int | None, changes: list[dict]
+    announcement: Announcement,
+    active_version: int | None,
+    changes: list[dict],
+    *,
+    first: Announcement | None = None,
 ) -> ChangelogEntry:
-    snapshot = announcement.snapshot
+    """The entry of ``announcement``'s version; ``first`` is the announcement it
+    carries on (``Announcement.carries``), if any."""
+    snapshot, first = announcement.snapshot, first or announcement
     return ChangelogEntry(
         version=snapshot.version,
-        published_at=snapshot.published_at,
+        published_at=first.snapshot.published_at,
         effective_at=snapshot.effective_at,
         status=status_of(snapshot, active_version),
         emergency=announcement.is_emergency,
         note=announcement.note,
         changes=changes,
         replaced_by=snapshot.superseded_by,
+        announced_as=first.snapshot.version,
+        cancellation_note=announcement.cancellation_note,
+        cancelled_at=snapshot.superseded_at,
+    )
+
+
+def _latest_carrier():
+    return Announcement.objects.filter(carries=OuterRef("pk")).order_by(
+        "-snapshot__version"
     )
 
 
 def _public_rows():
+    """First announcements with something public, with the latest version carrying
+    each (``head``) and the time that one takes effect, latest first."""
+    latest = _latest_carrier()
     return (
         Announcement.objects.select_related("snapshot")
         .defer(*_HEAVY)
+        .filter(carries__isnull=True)
         .exclude(Q(public_changes=[]) & Q(note=""))
-        .order_by("-snapshot__effective_at", "-snapshot__version")
+        .annotate(
+            head=Subquery(latest.values("pk")[:1]),
+            effective=Coalesce(
+                Subquery(latest.values("snapshot__effective_at")[:1]),
+                F("snapshot__effective_at"),
+            ),
+        )
+        .order_by("-effective", "-snapshot__version")
     )
 
 
-def changelog_entries(*, limit: int = 100) -> list[ChangelogEntry]:
-    """The public changelog, latest effective time first (upcoming versions on top)."""
+def _entries(rows: list[Announcement]) -> list[ChangelogEntry]:
+    heads = Announcement.objects.select_related("snapshot").defer(*_HEAVY)
+    heads = heads.in_bulk([row.head for row in rows if row.head])
     active = snapshot_active_version()
-    return [entry_of(a, active, a.public_changes) for a in _public_rows()[:limit]]
+    entries = []
+    for row in rows:
+        head = heads.get(row.head, row)
+        entries.append(entry_of(head, active, head.public_changes, first=row))
+    return entries
+
+
+def changelog_entries(*, limit: int = 100) -> list[ChangelogEntry]:
+    """The public changelog, latest effective time first (upcoming versions on top):
+    one entry per announced change, however many versions carried it."""
+    return _entries(list(_public_rows()[:limit]))
 
 
 def changelog_entry(version: int) -> ChangelogEntry | None:
-    """One version of the public changelog; None if it has nothing public."""
-    row = _public_rows().filter(snapshot__version=version).first()
-    return entry_of(row, snapshot_active_version(), row.public_changes) if row else None
+    """The entry of ``version`` (announced as, or carrying it); None if nothing public."""
+    row = Announcement.objects.filter(snapshot__version=version)
+    first = row.values_list("carries__snapshot__version", flat=True).first()
+    rows = list(_public_rows().filter(snapshot__version=first or version))
+    return _entries(rows)[0] if rows else None

@@ -56,6 +56,7 @@ SENDABLE = (DeliveryState.PENDING, DeliveryState.RETRYING)
 EVENT_TYPES = {
     DeliveryKind.ANNOUNCEMENT: "limits.changed",
     DeliveryKind.REMINDER: "limits.reminder",
+    DeliveryKind.CANCELLATION: "limits.cancelled",
     DeliveryKind.TEST: "ping",
 }
 

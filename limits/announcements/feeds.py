@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.syndication.views import Feed
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -16,12 +17,16 @@ class ChangelogFeed(Feed):
     """One item per version with public changes, latest effective time first."""
 
     feed_type = Atom1Feed
-    title = "Sluice API rate limits: changelog"
     subtitle = (
         "Changes to the API's rate limits, with the date each takes effect. "
         "Lowered limits are announced ahead of time."
     )
-    author_name = "Sluice"
+
+    def title(self) -> str:
+        return f"{settings.SLUICE_BRAND} API rate limits: changelog"
+
+    def author_name(self) -> str:
+        return settings.SLUICE_BRAND
 
     def link(self) -> str:
         return reverse("changelog:index")
@@ -34,7 +39,7 @@ class ChangelogFeed(Feed):
         marks += "upcoming · " if entry.status == "upcoming" else ""
         marks += "cancelled · " if entry.status == "cancelled" else ""
         return (
-            f"{marks}Version {entry.version}, effective "
+            f"{settings.SLUICE_BRAND} · {marks}Version {entry.version}, effective "
             f"{entry.effective_at:%Y-%m-%d %H:%M} UTC"
         )
 
@@ -42,10 +47,12 @@ class ChangelogFeed(Feed):
         return render_to_string("changelog/_entry.html", {"entry": entry})
 
     def item_link(self, entry: ChangelogEntry) -> str:
-        return reverse("changelog:entry", args=[entry.version])
+        return reverse("changelog:entry", args=[entry.announced_as])
 
     def item_guid(self, entry: ChangelogEntry) -> str:
-        return f"tag:sluice,2026:changelog/version/{entry.version}"
+        # the version it was first announced as: versions that carry it later
+        # update this item rather than add one
+        return f"tag:sluice,2026:changelog/version/{entry.announced_as}"
 
     item_guid_is_permalink = False
 
@@ -53,4 +60,8 @@ class ChangelogFeed(Feed):
         return entry.published_at
 
     def item_updateddate(self, entry: ChangelogEntry):
-        return entry.effective_at if entry.status != "upcoming" else entry.published_at
+        if entry.status == "upcoming":
+            return entry.published_at
+        if entry.status == "cancelled":
+            return entry.cancelled_at or entry.published_at
+        return entry.effective_at

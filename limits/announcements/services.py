@@ -36,6 +36,7 @@ from limits.models import Announcement, Delivery, Snapshot, Tenant, WebhookEndpo
 from limits.traffic.impacts import scheduled_impact
 
 __all__ = [
+    "announcement_cancel",
     "announcement_create",
     "announcement_note_update",
     "announcement_notify",
@@ -58,16 +59,20 @@ def announcement_create(
     emergency_reason: str,
     notice_days: int,
     continues: Announcement | None = None,
+    tell_again: bool = False,
 ) -> Announcement:
     """Store what is said about ``snapshot`` (whose ``diff`` against its parent is
     given typed, as it was just built); notify the tenants once it commits.
 
     ``continues`` is the announcement of the scheduled version ``snapshot``
-    re-issues (a change carried into it): when that one was sent and ``diff``
-    lowers nothing it did not, tenants were told already, so no one is notified
-    again and its reminders carry on from where they were.
+    re-issues (a change carried into it, or moved to another time): the new one
+    carries on its first announcement (``Announcement.carries``), one changelog
+    entry. When that was sent and ``diff`` lowers nothing it did not, tenants
+    were told already, so no one is notified again and its reminders carry on
+    from where they were (unless ``tell_again``: the time changed).
     """
     told = continues is not None and continues.notified_at is not None
+    told = told and not tell_again
     if told:
         announced = set(RulesDiff.from_json(continues.snapshot.diff).lowered())
         told = set(diff.lowered()) <= announced
@@ -78,6 +83,7 @@ def announcement_create(
         lowers=diff.lowers,
         notice_days=notice_days,
         public_changes=public_changes(diff),
+        carries=(continues.carries or continues) if continues else None,
         notified_at=continues.notified_at if told else None,
         reminded=list(continues.reminded) if told else [],
     )
@@ -117,6 +123,20 @@ def announcement_note_update(
         after={"note": row.note},
     )
     return row
+
+
+def announcement_cancel(*, announcement: Announcement, note: str) -> int:
+    """Record that ``announcement``'s version was cancelled, with a public ``note``;
+    tell the tenants that were told of it. Return how many deliveries. Call in the
+    cancelling transaction."""
+    row = _locked(announcement.pk)
+    row.cancellation_note = note.strip()
+    row.save(update_fields=["cancellation_note", "updated_at"])
+    if row.notified_at is None:  # nobody was told: nobody to tell
+        return 0
+    ids = _fan_out(row, DeliveryKind.CANCELLATION, 0)
+    deliveries_enqueue(ids)
+    return len(ids)
 
 
 def _locked(announcement_id: int) -> Announcement:
@@ -216,7 +236,7 @@ def _rows(announcement, tenant, payload, kind, lead) -> list[Delivery]:
 def _payload(announcement, tenant: str, changes: list[dict], kind, lead) -> dict:
     """The event a tenant receives (documented in ``docs/announcements.md``)."""
     snapshot = announcement.snapshot
-    return {
+    payload = {
         "type": EVENT_TYPES[kind],
         "tenant": tenant,
         "version": snapshot.version,
@@ -229,6 +249,9 @@ def _payload(announcement, tenant: str, changes: list[dict], kind, lead) -> dict
         "reminder": {"seconds_before": lead} if kind == DeliveryKind.REMINDER else None,
         "changelog_url": f"{settings.SLUICE_PUBLIC_URL.rstrip('/')}/changelog/",
     }
+    if kind == DeliveryKind.CANCELLATION:
+        payload["cancellation_note"] = announcement.cancellation_note
+    return payload
 
 
 def _due_lead(announcement: Announcement, now: datetime) -> int | None:

@@ -267,7 +267,7 @@ def _carry(
     return snapshot_store(
         actor=actor,
         rules=rules_with(snapshot_rules(row), edits),
-        message=f"{row.message} (with change request #{request.pk} carried in)",
+        message=row.message,  # the carry is recorded once: Announcement.carries
         effective_at=row.effective_at,
         note=announcement.note,
         emergency_reason=announcement.emergency_reason,

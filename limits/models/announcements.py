@@ -43,6 +43,20 @@ class Announcement(models.Model):
         default=0, help_text="The notice period in force when it was published."
     )
     public_changes = models.JSONField(default=list, blank=True)
+    carries = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="carriers",
+        help_text="For a scheduled version re-issued to carry later changes in (or "
+        "moved to another time): the first announcement of the pending change. "
+        "Customers read the two as one changelog entry.",
+    )
+    cancellation_note = models.TextField(
+        blank=True,
+        help_text="Public: why the version was cancelled before it took effect.",
+    )
     notified_at = models.DateTimeField(
         null=True, blank=True, help_text="When the notifications were queued."
     )

@@ -122,6 +122,7 @@ def snapshot_store(
     check: Callable[[RulesDiff], None] | None = None,
     keep_scheduled: bool = False,
     replaces: models.Snapshot | None = None,
+    tell_again: bool = False,
 ) -> models.Snapshot:
     """Store ``rules`` as the next version, with its announcement; call with
     :func:`publishing_lock` held.
@@ -131,7 +132,8 @@ def snapshot_store(
     its edits into them instead, ``limits.changes.publishing``); ``replaces`` is
     the scheduled version this one re-issues with such a change carried in: it
     supersedes that version only, counts the notice of what that version already
-    announced from when it was published, and continues its announcement.
+    announced from when it was published, and continues its announcement
+    (``tell_again``: and notifies the tenants again, as for a new time).
     """
     problems = validate_rules(rules)
     if problems:
@@ -167,6 +169,7 @@ def snapshot_store(
         emergency_reason=emergency_reason,
         notice_days=notice_days(),
         continues=replaces.announcement if replaces else None,
+        tell_again=tell_again,
     )
     audit_record(
         actor=actor,

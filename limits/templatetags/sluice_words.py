@@ -1,6 +1,7 @@
 """Template filters that say changes well: in the admin and on the public changelog."""
 
 from django import template
+from django.conf import settings
 
 register = template.Library()
 
@@ -22,3 +23,9 @@ def shorten(text: str, length: int = 80) -> str:
     head = text[: length + 1]
     cut = head.rsplit(None, 1)[0] if " " in head.strip() else text[:length]
     return cut.rstrip(" ,;:.") + "…"
+
+
+@register.simple_tag
+def brand() -> str:
+    """The operator's name for its API (``SLUICE_BRAND``), for public titles."""
+    return settings.SLUICE_BRAND

@@ -95,8 +95,8 @@ def test_changelog_feed__atom__one_entry_per_public_version(client, history):
     feed = ET.fromstring(response.content)
     entries = feed.findall(f"{ATOM}entry")
     titles = [entry.find(f"{ATOM}title").text for entry in entries]
-    assert titles[0].startswith("upcoming · Version 3, effective ")
-    assert titles[1].startswith("Version 1, effective ")
+    assert titles[0].startswith("Sluice · upcoming · Version 3, effective ")
+    assert titles[1].startswith("Sluice · Version 1, effective ")
     content = entries[0].find(f"{ATOM}summary").text
     assert "20 / s, burst 40" in content
     assert not [word for word in PRIVATE if word in response.content.decode()]
