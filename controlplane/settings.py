@@ -173,6 +173,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LANGUAGE_CODE = "en-us"
+#: One way to write dates on every page (controlplane/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["controlplane.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
@@ -267,6 +269,10 @@ SLUICE_SECRET_KEYS = env_list("SLUICE_SECRET_KEYS", "")
 SLUICE_PUBLIC_URL = os.environ.get("SLUICE_PUBLIC_URL", "http://127.0.0.1:8000")
 #: The operator's name for its API, in the changelog's and the feed's titles.
 SLUICE_BRAND = os.environ.get("SLUICE_BRAND", "Sluice")
+#: Where change request events go for the team's chat tool (a Standard Webhooks
+#: POST; empty: none), and the whsec_ secret they are signed with.
+SLUICE_TEAM_WEBHOOK_URL = os.environ.get("SLUICE_TEAM_WEBHOOK_URL", "")
+SLUICE_TEAM_WEBHOOK_SECRET = os.environ.get("SLUICE_TEAM_WEBHOOK_SECRET", "")
 #: The Redis stream gateways write decision events to (sluice.DecisionEvents).
 SLUICE_DECISION_STREAM = os.environ.get("SLUICE_DECISION_STREAM", "sluice:decisions")
 #: Seconds between two runs of the beat task that rolls the decision stream up.

@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.serializers.strict import StrictSerializer
-from limits.models import ChangeRequest, EditSubject
+from limits.models import ChangeComment, ChangeRequest, EditSubject, Verdict
 
 
 class EditInSerializer(StrictSerializer):
@@ -83,10 +83,30 @@ class PreviewSerializer(serializers.Serializer):
     publishable = serializers.BooleanField()
 
 
+class CommentSerializer(serializers.ModelSerializer):
+    author = serializers.CharField(source="author_name")
+
+    class Meta:
+        model = ChangeComment
+        fields = ("author", "verdict", "body", "revision", "created_at")
+        read_only_fields = fields
+
+
+class ReviewSerializer(StrictSerializer):
+    verdict = serializers.ChoiceField(
+        choices=Verdict.choices,
+        default=Verdict.COMMENT,
+        help_text="comment (anyone with a role); changes (back to the author as a "
+        "draft) or reject (closed), by a reviewer.",
+    )
+    body = serializers.CharField(max_length=10_000, help_text="What you say.")
+
+
 class ChangeRequestSerializer(serializers.ModelSerializer):
     author = serializers.CharField(source="author_name")
     edits = EditSerializer(many=True)
     approvals = ApprovalSerializer(many=True)
+    comments = CommentSerializer(many=True)
     preview = serializers.SerializerMethodField()
 
     class Meta:
@@ -109,6 +129,7 @@ class ChangeRequestSerializer(serializers.ModelSerializer):
             "carried_versions",
             "edits",
             "approvals",
+            "comments",
             "preview",
         )
         read_only_fields = fields

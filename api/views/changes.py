@@ -22,6 +22,7 @@ from api.serializers.changes import (
     ChangeRequestPublishedSerializer,
     ChangeRequestPublishSerializer,
     ChangeRequestSerializer,
+    ReviewSerializer,
     RulesAppliedSerializer,
     RulesApplySerializer,
     RulesDiffSerializer,
@@ -40,6 +41,11 @@ from limits.ascode.services import (
 from limits.changes.overrides import override_renew
 from limits.changes.previews import change_request_impact, change_request_preview
 from limits.changes.publishing import change_request_publish
+from limits.changes.reviews import (
+    change_request_comment,
+    change_request_reject,
+    change_request_request_changes,
+)
 from limits.changes.services import (
     EditsInvalid,
     Proposal,
@@ -49,7 +55,13 @@ from limits.changes.services import (
     change_request_rebase,
     change_request_withdraw,
 )
-from limits.models import ChangeOrigin, ChangeRequest, ChangeRequestState, Policy
+from limits.models import (
+    ChangeOrigin,
+    ChangeRequest,
+    ChangeRequestState,
+    Policy,
+    Verdict,
+)
 
 
 class ChangeRequestFilter(StrictFilterSet):
@@ -91,9 +103,9 @@ class ChangeRequestViewSet(
     """Change requests: open one with its edits, read it (with what it would do now),
     approve, publish, rebase or withdraw it."""
 
-    queryset = ChangeRequest.objects.prefetch_related("edits", "approvals").order_by(
-        "-id"
-    )
+    queryset = ChangeRequest.objects.prefetch_related(
+        "edits", "approvals", "comments"
+    ).order_by("-id")
     serializer_class = ChangeRequestSerializer
     filterset_class = ChangeRequestFilter
     support_may_write = True
@@ -215,6 +227,25 @@ class ChangeRequestViewSet(
         return self._answer(row)
 
     @extend_schema(
+        operation_id="change_request_review",
+        request=ReviewSerializer,
+        responses={200: ChangeRequestSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def review(self, request, pk=None):
+        """Comment on a request; a reviewer may also request changes or reject it."""
+        data = ReviewSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        service = _REVIEWS[data.validated_data["verdict"]]
+        row = self.get_object()
+        service(
+            change_request=row,
+            actor=actor_from(request),
+            body=data.validated_data["body"],
+        )
+        return self._answer(row)
+
+    @extend_schema(
         operation_id="change_request_from_working_copy",
         request=None,
         responses={201: ChangeRequestSerializer},
@@ -227,6 +258,13 @@ class ChangeRequestViewSet(
         except EditsInvalid as exc:
             raise _invalid_edits(exc) from None
         return self._answer(row, status.HTTP_201_CREATED)
+
+
+_REVIEWS = {
+    Verdict.COMMENT: change_request_comment,
+    Verdict.CHANGES: change_request_request_changes,
+    Verdict.REJECT: change_request_reject,
+}
 
 
 class OverrideRenewView(APIView):

@@ -42,6 +42,7 @@ from limits.models import ChangeRequest, ChangeRequestState, Policy
 from limits.publishing.approval import approval_reasons
 from limits.traffic.estimate import CAVEATS
 
+from . import reviews
 from .publishing import PublishForm
 
 __all__ = ["ChangeRequestAdmin"]
@@ -139,6 +140,23 @@ class ChangeRequestAdmin(admin.ModelAdmin):
     def log_change(self, request, obj, message):
         return None  # audited by the service
 
+    def response_change(self, request, obj):
+        """Stay on the request's page; "Save and submit for review" submits what was
+        just saved (the typed title and reason go with it)."""
+        if "_submit" in request.POST:
+            try:
+                change_request_submit(
+                    change_request=obj, actor=Actor.from_request(request)
+                )
+            except (ValidationError, PermissionDenied) as exc:
+                self._refused(request, exc)
+            else:
+                messages.success(request, "Saved and submitted for review.")
+                return self._back(obj)
+        else:
+            messages.success(request, "Saved.")
+        return self._back(obj)
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         row = get_object_or_404(ChangeRequest, pk=object_id)
         preview = change_request_preview(row)
@@ -155,7 +173,9 @@ class ChangeRequestAdmin(admin.ModelAdmin):
             and may_publish(actor, row, [(v.subject, v.key) for v in preview.edits])
             is None,
             "publish_url": reverse("admin:limits_changerequest_publish", args=[row.pk]),
+            "title": f"Change request #{row.pk}",
             **_impact_context(row),
+            **reviews.review_context(request, row),
         }
         return super().change_view(
             request, object_id, form_url, {**extra, **(extra_context or {})}
@@ -168,6 +188,11 @@ class ChangeRequestAdmin(admin.ModelAdmin):
                 "<int:pk>/publish/",
                 view(self.publish_view),
                 name="limits_changerequest_publish",
+            ),
+            path(
+                "<int:pk>/review/",
+                view(reviews.review_view),
+                name="limits_changerequest_review",
             ),
             path(
                 "<int:pk>/discard/",
@@ -244,7 +269,10 @@ class ChangeRequestAdmin(admin.ModelAdmin):
         """The request against the active version, and the form to publish it."""
         self._require_view(request)
         row = get_object_or_404(ChangeRequest, pk=pk)
-        form = ChangeRequestPublishForm(request.POST or None)
+        preview = change_request_preview(row)
+        form = ChangeRequestPublishForm(
+            request.POST or None, user=request.user, notice=preview.notice
+        )
         if request.method == "POST" and form.is_valid():
             try:
                 done = change_request_publish(
@@ -257,7 +285,6 @@ class ChangeRequestAdmin(admin.ModelAdmin):
             else:
                 messages.success(request, _published_words(done))
                 return self._back(row)
-        preview = change_request_preview(row)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,

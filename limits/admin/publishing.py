@@ -12,7 +12,9 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
+from limits.choices import Role
 from limits.core.audit import Actor
+from limits.core.roles import user_role
 from limits.diff.diffing import rules_diff
 from limits.models import Route, Snapshot
 from limits.publishing.notice import notice_preview
@@ -33,6 +35,8 @@ from limits.versions.selectors import (
 from sluice.routing import HTTP_METHODS
 from sluice.validation import validate_rules
 
+from .fields import PublicNoteCheck, UtcDateTimeField, earliest_input
+
 __all__ = [
     "PermissionDenied",
     "diff_view",
@@ -42,17 +46,17 @@ __all__ = [
 ]
 
 
-class PublishForm(forms.Form):
+class PublishForm(PublicNoteCheck):
     message = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
         help_text="What changes and why: customers may read it in the changelog.",
     )
-    effective_at = forms.DateTimeField(
+    effective_at = UtcDateTimeField(
         required=False,
-        widget=forms.DateTimeInput(
-            attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"
-        ),
-        help_text="UTC. Leave empty to take effect now; gateways switch on time by themselves.",
+        label="Effective at (UTC)",
+        help_text="ISO 8601 in UTC, e.g. 2026-12-31T14:00Z. Empty: now, for a change "
+        "that lowers nothing; a lowering comes with the earliest time its notice "
+        "period allows filled in. Gateways switch on time by themselves.",
     )
     note = forms.CharField(
         required=False,
@@ -65,6 +69,15 @@ class PublishForm(forms.Form):
         help_text="Only to let a lowering take effect before the notice period ends: why "
         "it cannot wait. The version is marked as an emergency everywhere.",
     )
+
+    def __init__(self, *args, user=None, notice=None, **kwargs):
+        """``notice`` (a NoticePreview) pre-fills the earliest time a lowering may
+        take effect; the emergency field is the product role's only."""
+        super().__init__(*args, **kwargs)
+        if notice is not None and notice.needed:
+            self.fields["effective_at"].initial = earliest_input(notice.earliest)
+        if user is not None and user_role(user) != Role.PRODUCT:
+            del self.fields["emergency_reason"]
 
 
 class RollbackForm(PublishForm):
@@ -137,7 +150,10 @@ def _refused(form: forms.Form, exc: ValidationError) -> None:
 def publish_view(request):
     """The working copy against the active version, its problems, and the publish form."""
     _require(request, "limits.publish_snapshot")
-    form = PublishForm(request.POST or None)
+    working = rules_compile()
+    diff = _diff_or_none(rules_of(ACTIVE), working)
+    notice = notice_preview(diff=diff, published_at=timezone.now()) if diff else None
+    form = PublishForm(request.POST or None, user=request.user, notice=notice)
     if request.method == "POST" and form.is_valid():
         try:
             row = snapshot_publish(
@@ -148,8 +164,6 @@ def publish_view(request):
         else:
             messages.success(request, f"Published version {row.version}.")
             return redirect("admin:limits_snapshot_change", row.pk)
-    working = rules_compile()
-    diff = _diff_or_none(rules_of(ACTIVE), working)
     return _page(
         request,
         "publish.html",
@@ -159,7 +173,7 @@ def publish_view(request):
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
         problems=[problem_text(p) for p in validate_rules(working)],
         diff=_json_or_none(diff),
-        notice=notice_preview(diff=diff, published_at=timezone.now()) if diff else None,
+        notice=notice,
         impact=(
             impact_estimate(old=rules_of(ACTIVE), new=working, diff=diff)
             if diff
@@ -204,7 +218,10 @@ def rollback_view(request, version: int):
     """Confirm, then publish version ``version``'s rules again as a new version."""
     _require(request, "limits.publish_snapshot")
     target = get_object_or_404(Snapshot.objects.defer("content_gzip"), version=version)
-    form = RollbackForm(request.POST or None)
+    active = rules_of(ACTIVE)
+    diff = rules_diff(active, snapshot_rules(target))
+    notice = notice_preview(diff=diff, published_at=timezone.now())
+    form = RollbackForm(request.POST or None, user=request.user, notice=notice)
     if request.method == "POST" and form.is_valid():
         try:
             row = snapshot_rollback(
@@ -217,8 +234,6 @@ def rollback_view(request, version: int):
                 request, f"Version {row.version} restores version {version}."
             )
             return redirect("admin:limits_snapshot_change", row.pk)
-    active = rules_of(ACTIVE)
-    diff = rules_diff(active, snapshot_rules(target))
     return _page(
         request,
         "rollback.html",
@@ -226,7 +241,7 @@ def rollback_view(request, version: int):
         form=form,
         target=target,
         diff=diff.to_json(),
-        notice=notice_preview(diff=diff, published_at=timezone.now()),
+        notice=notice,
         discarded=_json_or_none(_diff_or_none(active, rules_compile())),
         scheduled=list(snapshot_scheduled().defer("content", "content_gzip", "diff")),
         target_url=reverse("admin:limits_snapshot_change", args=[target.pk]),

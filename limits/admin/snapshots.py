@@ -18,7 +18,7 @@ from limits.templatetags.sluice_words import shorten
 from limits.traffic.rehearsal import rehearsal_recent
 from limits.versions.selectors import snapshot_get_active, snapshot_list
 
-from . import publishing
+from . import publishing, scheduled
 from .base import ReadOnlyAdmin
 
 
@@ -81,6 +81,11 @@ class SnapshotAdmin(ReadOnlyAdmin):
                 name="limits_snapshot_rollback",
             ),
             path(
+                "<int:version>/scheduled/",
+                view(scheduled.scheduled_view),
+                name="limits_snapshot_scheduled",
+            ),
+            path(
                 "<int:version>/content/",
                 view(self.content_view),
                 name="limits_snapshot_content",
@@ -110,6 +115,9 @@ class SnapshotAdmin(ReadOnlyAdmin):
         )
         if row is not None:
             extra["rehearsal"] = _rehearsal_context(row, active)
+            extra["scheduled"] = row.status(extra["active_version"]) is (
+                SnapshotStatus.SCHEDULED
+            )
         return super().change_view(
             request, object_id, form_url, {**extra, **(extra_context or {})}
         )
@@ -182,8 +190,10 @@ class SnapshotAdmin(ReadOnlyAdmin):
 
     @admin.display(description="superseded")
     def superseded_text(self, row):
-        if row.superseded_by is None:
+        if row.superseded_at is None:
             return "—"
+        if row.superseded_by is None:
+            return f"cancelled at {row.superseded_at:%Y-%m-%d %H:%M:%S} UTC"
         return f"by version {row.superseded_by} at {row.superseded_at:%Y-%m-%d %H:%M:%S} UTC"
 
     @admin.display(description="size")

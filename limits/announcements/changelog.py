@@ -13,15 +13,16 @@ read which change:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import F, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Lower
 
 from limits.diff.changes import Change
 from limits.diff.diffing import RulesDiff
-from limits.models import Announcement, Snapshot
+from limits.models import Announcement, Snapshot, Tenant
 from limits.models.snapshots import SnapshotStatus
 from limits.versions.selectors import (
     snapshot_active_version,
@@ -33,6 +34,7 @@ __all__ = [
     "changelog_entries",
     "changelog_entry",
     "entry_of",
+    "note_names_tenants",
     "public_changes",
     "tenant_changes",
 ]
@@ -68,6 +70,29 @@ def public_changes(diff: RulesDiff) -> list[dict]:
 def tenant_changes(diff: RulesDiff, *, tenant: str, tiers: set[str]) -> list[dict]:
     """The changes of ``diff`` that reach ``tenant``, on ``tiers`` before or after."""
     return [_shown(c) for c in diff.changes if c.affected.reaches(tenant, tiers)]
+
+
+#: Words (and runs of up to this many words) of a note compared with tenants' names.
+_NAME_WORDS = 4
+
+
+def note_names_tenants(note: str) -> list[str]:
+    """The tenants a public ``note`` names, by slug or by name (whole words, any
+    case), as "slug (name)": the changelog never names a customer, so its note
+    should not either."""
+    words = re.findall(r"[\w.-]+", note.lower())
+    grams = {
+        " ".join(words[i : i + n])
+        for n in range(1, _NAME_WORDS + 1)
+        for i in range(len(words) - n + 1)
+    }
+    grams |= {w.strip(".-") for w in words}
+    if not grams:
+        return []
+    found = Tenant.objects.annotate(low=Lower("name")).filter(
+        Q(slug__in=grams) | Q(low__in=grams)
+    )
+    return [f"{t.slug} ({t.name})" for t in found.order_by("slug")[:20]]
 
 
 def tiers_of(snapshot: Snapshot) -> tuple[dict[str, str], dict[str, str]]:

@@ -30,7 +30,7 @@ from limits.models import Approval, ChangeEdit, ChangeRequest, ChangeRequestStat
 from limits.publishing.approval import approval_reasons
 from limits.publishing.notice import NoticePreview, notice_preview
 from limits.publishing.problems import problem_text
-from limits.rules.documents import Edit, rules_with
+from limits.rules.documents import Edit, parse_time, rules_with
 from limits.traffic.estimate import Impact, impact_estimate
 from limits.versions.selectors import snapshot_rules, snapshot_scheduled
 from sluice.validation import validate_rules
@@ -207,9 +207,17 @@ def _view(edit: Edit, diff: RulesDiff) -> EditView:
         c for c in diff.changes if (c.subject, c.key) == (edit.subject, edit.key)
     ]
     words = [change.text for change in changes]
-    words += _metadata_words(edit)
+    words += _metadata_words(edit) + _end_words(edit)
     kind = changes[0].kind.value if changes else "changed"
     return EditView(edit, kind, words or ["no change gateways see"])
+
+
+def _end_words(edit: Edit) -> list[str]:
+    """When an override ends: a reviewer weighs a raise by how long it lasts."""
+    expires = (edit.after or {}).get("expires_at") if edit.subject == "policy" else None
+    if not expires:
+        return []
+    return [f"ends {parse_time(expires):%Y-%m-%d %H:%M} UTC"]
 
 
 def _metadata_words(edit: Edit) -> list[str]:

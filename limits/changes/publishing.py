@@ -32,8 +32,10 @@ from django.utils import timezone
 
 from limits.changes.permissions import approvals_counted, require_may_publish
 from limits.changes.services import edits_of, serialize_change_request
+from limits.choices import Role
 from limits.core.audit import Actor, audited_save
 from limits.core.chain import chain_lock
+from limits.core.roles import require_role
 from limits.diff.diffing import EMPTY_RULES, rules_diff
 from limits.models import ChangeRequest, ChangeRequestState, Snapshot
 from limits.publishing.approval import ApprovalRequired, approval_reasons
@@ -226,6 +228,8 @@ def change_request_publish(
     if not edits:
         raise ValidationError("This change request has no edits.")
     require_may_publish(actor, request, [(e.subject, e.key) for e in edits])
+    if emergency_reason.strip():  # skipping the notice is the product role's call
+        require_role(actor, Role.PRODUCT, to="publish as an emergency")
     publishing_lock(rules=True)
     now = timezone.now()
     activate_due(actor=actor, now=now)

@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from limits.changes.notify import change_request_notify_on_commit
 from limits.changes.permissions import require_may_approve, require_may_propose
 from limits.choices import AuditAction, Role
 from limits.core.audit import Actor, audit_record, audited_save, serialize_for_audit
@@ -294,6 +295,12 @@ def change_request_open(
         serialize=serialize_change_request,
         write=_write(request, edits),
     )
+    if (
+        submit and actor.user is not None
+    ):  # people ask for a review; the system does not
+        change_request_notify_on_commit(
+            request, "change_request.submitted", actor=actor.username
+        )
     return request
 
 
@@ -411,6 +418,9 @@ def change_request_submit(
         existing=edits,
     )
     _set_state(request, ChangeRequestState.OPEN, actor, reason="submitted")
+    change_request_notify_on_commit(
+        request, "change_request.submitted", actor=actor.username
+    )
     return request
 
 
@@ -450,6 +460,9 @@ def change_request_approve(*, change_request: ChangeRequest, actor: Actor) -> Ap
             obj=request,
             after={"revision": request.edit_revision, "approved_by": actor.username},
             reason=f"approved revision {request.edit_revision}",
+        )
+        change_request_notify_on_commit(
+            request, "change_request.approved", actor=actor.username
         )
     return approval
 

@@ -16,23 +16,35 @@ from .rules import Policy
 
 __all__ = [
     "Approval",
+    "ChangeComment",
     "ChangeEdit",
     "ChangeOrigin",
     "ChangeRequest",
     "ChangeRequestState",
     "EditSubject",
     "OverrideReminder",
+    "Verdict",
 ]
 
 
 class ChangeRequestState(models.TextChoices):
-    """draft -> open -> published, or -> withdrawn. Only the author adds to a draft;
-    an open request is reviewed (approved) and published as it is."""
+    """draft -> open -> published, or -> withdrawn, or -> rejected. Only the author
+    adds to a draft; an open request is reviewed: approved and published as it is,
+    sent back to draft with changes requested, or rejected."""
 
     DRAFT = "draft", "draft: being put together"
     OPEN = "open", "open: proposed, waiting to be published"
     PUBLISHED = "published", "published"
     WITHDRAWN = "withdrawn", "withdrawn"
+    REJECTED = "rejected", "rejected by a reviewer"
+
+
+class Verdict(models.TextChoices):
+    """What a comment on a change request says besides its words."""
+
+    COMMENT = "comment", "commented"
+    CHANGES = "changes", "requested changes"
+    REJECT = "reject", "rejected"
 
 
 class ChangeOrigin(models.TextChoices):
@@ -189,6 +201,36 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_name} approved revision {self.revision}"
+
+
+class ChangeComment(models.Model):
+    """A comment on a change request: the discussion, and the reviewer's verdicts
+    ("request changes", "reject") with their reasons."""
+
+    change_request = models.ForeignKey(
+        ChangeRequest, on_delete=models.CASCADE, related_name="comments"
+    )
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="change_comments",
+    )
+    author_name = models.CharField(max_length=150)
+    verdict = models.CharField(
+        max_length=7, choices=Verdict.choices, default=Verdict.COMMENT
+    )
+    body = models.TextField()
+    revision = models.PositiveIntegerField(
+        help_text="The request's edit revision the comment was written on."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.author_name} {self.get_verdict_display()} on #{self.change_request_id}"
 
 
 class OverrideReminder(models.Model):

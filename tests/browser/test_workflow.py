@@ -173,7 +173,7 @@ def test_product__lowering_reaching_30_tenants__published_after_a_second_approva
     approval = page.text_content("#approval")
     assert "it lowers limits and it reaches 30 tenants (more than 25)" in approval
     # (its answer comes back at the same URL: wait for that page, not the one before)
-    submit(page, "input[value='Submit for review']")
+    submit(page, "input[name=_submit]")  # Save and submit for review
     # And product cannot publish it alone
     page.click("#publish-link")
     page.fill("#id_effective_at", _later())

@@ -123,7 +123,7 @@ def test_cancel__carried_lowering__one_cancelled_entry_and_tenants_told(
     cancelled = [v for v in versions if v["status"] == "cancelled"]
     assert [(v["announced_as"], v["replaced_by"]) for v in cancelled] == [(2, None)]
     assert cancelled[0]["cancellation_note"] == "We keep pro search at 50 per second."
-    assert "Cancelled:" in client.get("/changelog/").text
+    assert "this change will not take effect" in client.get("/changelog/").text
     feed = client.get("/changelog/feed.atom").text
     assert feed.count("cancelled ·") == 1
     # And the working copy no longer holds the lowering (the overrides stay)
