@@ -35,6 +35,7 @@ __all__ = [
     "connect_async",
     "geometry",
     "patient",
+    "peek",
 ]
 
 SCRIPT = (
@@ -86,6 +87,23 @@ def geometry(limit: Limit, *, cost: int, share: int = 1) -> Geometry:
     tick = max(1, math.ceil(limit.period * _MICROS * share / limit.rate))
     burst = max(cost, limit.burst // share)
     return Geometry(tick=tick, increment=cost * tick, capacity=burst * tick)
+
+
+def peek(client: redis.Redis, keys: Sequence[str]) -> tuple[list[int], int]:
+    """Read buckets without charging them: each one's debt in µs (0 for a full or
+    absent bucket), and the Redis time of the reading (µs since the epoch).
+
+    The debt is what the script computes before charging (``lua/token_bucket.lua``):
+    ``max(TAT - now, 0)``; :meth:`Geometry.remaining` turns it into tokens left.
+    One round trip; meant for people looking (the admin), not the request path.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    for key in keys:
+        pipe.get(key)
+    (seconds, micros), *tats = pipe.execute()
+    now = int(seconds) * _MICROS + int(micros)
+    return [max(0, int(tat) - now) if tat else 0 for tat in tats], now
 
 
 def _no_retry() -> Retry:

@@ -20,10 +20,12 @@ __all__ = [
     "MAX_SHARDS",
     "MAX_TIMEOUT",
     "PERIODS",
+    "PERIOD_WORDS",
     "ConcurrencyLimit",
     "Dimension",
     "Limit",
     "describe_limit",
+    "limit_in_words",
 ]
 
 #: Allowed limit periods in seconds, with the unit people read.
@@ -145,3 +147,38 @@ def describe_limit(limit: Limit | ConcurrencyLimit) -> str:
     if limit.lease:
         text += f", leases of {limit.lease:,} for {limit.lease_ms:,} ms"
     return text + (" (shadow)" if limit.shadow else "")
+
+
+#: Periods and subjects as a customer reads them (``limit_in_words``).
+PERIOD_WORDS: Mapping[int, str] = {
+    1: "second",
+    60: "minute",
+    3600: "hour",
+    86400: "day",
+}
+_SUBJECT_WORDS: Mapping[Dimension, str] = {
+    Dimension.TENANT: "per account",
+    Dimension.USER: "per user",
+    Dimension.API_KEY: "per API key",
+    Dimension.IP: "per IP address",
+}
+
+
+def _requests(count: int) -> str:
+    return f"{count:,} request" + ("" if count == 1 else "s")
+
+
+def limit_in_words(limit: Limit | ConcurrencyLimit) -> str:
+    """Say a limit as its customers read it: ``2 requests per second per user, bursts of 5``.
+
+    The default public description of a limit: the 429's ``detail``, the tenant
+    page and the changelog say a limit this way unless it was given its own.
+    """
+    subject = _SUBJECT_WORDS[limit.dimension]
+    if isinstance(limit, ConcurrencyLimit):
+        return f"at most {_requests(limit.max_inflight)} in flight {subject}"
+    text = f"{_requests(limit.rate)} per {PERIOD_WORDS[limit.period]} {subject}"
+    text += f", bursts of {limit.burst:,}"
+    if limit.cost is not None and limit.cost != 1:
+        text += f"; each request counts as {limit.cost:,}"
+    return text

@@ -5,13 +5,18 @@ its place in the admin is the dashboard. Recent rejections are a read-only
 list, searchable by tenant. Every role that may view them sees them.
 """
 
-from datetime import timedelta
+from datetime import UTC, timedelta
+from urllib.parse import urlencode
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html
 
 from limits.models import DecisionMinute, Rejection
 from limits.traffic import dashboards
@@ -94,12 +99,53 @@ class TrafficDashboardAdmin(ReadOnlyAdmin):
         }
 
 
+class TimeRangeFilter(admin.ListFilter):
+    """``since`` and ``until`` (ISO 8601, to the second, UTC) typed in the list's form."""
+
+    title = "time range"
+    template = (
+        "admin/limits/rejection/_no_filter.html"  # the form above the list says it
+    )
+    parameters = ("since", "until")
+
+    def __init__(self, request, params, model, model_admin):
+        super().__init__(request, params, model, model_admin)
+        self.bounds = {}
+        for name in self.parameters:
+            raw = params.pop(name, None)
+            value = raw[-1] if isinstance(raw, list) else raw
+            if value:
+                moment = parse_datetime(value.strip())
+                if moment is None:
+                    raise IncorrectLookupParameters(f"{name}: not an ISO 8601 time")
+                if timezone.is_naive(moment):
+                    moment = timezone.make_aware(moment, UTC)
+                self.bounds[name] = moment
+
+    def has_output(self):
+        return True  # else the change list skips the filter; its template shows nothing
+
+    def expected_parameters(self):
+        return list(self.parameters)
+
+    def queryset(self, request, queryset):
+        if "since" in self.bounds:
+            queryset = queryset.filter(at__gte=self.bounds["since"])
+        if "until" in self.bounds:
+            queryset = queryset.filter(at__lte=self.bounds["until"])
+        return queryset
+
+    def choices(self, changelist):
+        return []
+
+
 @admin.register(Rejection)
 class RejectionAdmin(ReadOnlyAdmin):
-    """Recent rejections, newest first: a bounded log per tenant."""
+    """Recent rejections, newest first: a bounded log per tenant, filtered by tenant,
+    route, limit and time range; each row links to its explanation."""
 
     list_display = (
-        "at",
+        "at_second",
         "count",
         "tenant",
         "route",
@@ -108,7 +154,43 @@ class RejectionAdmin(ReadOnlyAdmin):
         "policy",
         "snapshot_version",
         "gateway",
+        "explain_link",
     )
-    list_filter = ("dimension", "limit")
+    list_display_links = None
+    list_filter = ("tenant", "route", "limit", "dimension", TimeRangeFilter)
     search_fields = ("=tenant", "route", "policy")
-    date_hierarchy = "at"
+
+    @admin.display(description="time (UTC)", ordering="at")
+    def at_second(self, row):
+        return row.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+    @admin.display(description="why")
+    def explain_link(self, row):
+        query = urlencode(
+            {
+                "tenant": row.tenant,
+                "route": row.route,
+                "at": row.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "limit": row.limit,
+            }
+        )
+        url = reverse("admin:limits_snapshot_explain")
+        return format_html('<a href="{}?{}">explain</a>', url, query)
+
+    def changelist_view(self, request, extra_context=None):
+        given = {k: v for k, v in request.GET.items() if v}
+        if len(given) != len(request.GET):  # the form's empty boxes filter nothing
+            return redirect(f"{request.path}?{urlencode(given)}")
+        tenants = (
+            Rejection.objects.order_by().values_list("tenant", flat=True).distinct()
+        )
+        routes = Rejection.objects.order_by().values_list("route", flat=True).distinct()
+        extra_context = {
+            **(extra_context or {}),
+            "tenant_slugs": sorted(t for t in tenants if t),
+            "route_slugs": sorted(r for r in routes if r),
+            "range": {
+                k: request.GET.get(k, "") for k in ("tenant", "route", "since", "until")
+            },
+        }
+        return super().changelist_view(request, extra_context)

@@ -16,11 +16,12 @@ from limits.choices import Role
 from limits.core.audit import Actor
 from limits.core.roles import user_role
 from limits.diff.diffing import rules_diff
-from limits.models import Route, Snapshot
+from limits.models import Route, Snapshot, Tenant
 from limits.publishing.notice import notice_preview
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import problem_text, snapshot_publish
 from limits.rules.compiling import rules_compile, rules_require_routable
+from limits.support.rejections import rejection_explain
 from limits.traffic.estimate import CAVEATS, impact_estimate
 from limits.versions.explain import ExplainSource, explain
 from limits.versions.selectors import (
@@ -104,11 +105,28 @@ class DiffForm(forms.Form):
 
 class ExplainForm(forms.Form):
     source = forms.ChoiceField(
-        choices=ExplainSource.choices, initial=ExplainSource.ACTIVE
+        required=False, choices=ExplainSource.choices, initial=ExplainSource.ACTIVE
     )
     tenant = forms.CharField(
-        required=False, help_text="Tenant slug; empty for anonymous traffic."
+        required=False,
+        widget=forms.TextInput(attrs={"list": "tenant-slugs", "autocomplete": "off"}),
+        help_text="Tenant slug (pick from the list); empty for anonymous traffic.",
     )
+    at = forms.DateTimeField(
+        required=False,
+        label="at (UTC)",
+        input_formats=[
+            "%Y-%m-%dT%H:%M:%S%z",
+            "%Y-%m-%dT%H:%M:%SZ",
+            "%Y-%m-%d %H:%M:%S",
+        ],
+        widget=forms.TextInput(
+            attrs={"placeholder": "2026-12-03T14:03:07Z", "size": 22}
+        ),
+        help_text="ISO 8601, to the second: explain a 429 at that second with the "
+        "version then in force and the traffic before it.",
+    )
+    limit = forms.CharField(required=False, widget=forms.HiddenInput)
     route = forms.ChoiceField(
         required=False, help_text="A route, or give a method and path."
     )
@@ -249,14 +267,41 @@ def rollback_view(request, version: int):
 
 
 def explain_view(request):
-    """Which policy a request gets, why, and the keys it would be charged to."""
+    """Which policy a request gets, why, and the keys it would be charged to; with a
+    time, why the tenant was rejected then (``limits.support.rejections``)."""
     _require(request, "limits.view_snapshot")
     form = ExplainForm(request.GET or None)
-    result = None
+    result = rejection = None
     if form.is_valid():
-        data = {k: v or None for k, v in form.cleaned_data.items() if k != "source"}
+        data = {
+            k: v or None
+            for k, v in form.cleaned_data.items()
+            if k not in ("source", "at", "limit")
+        }
+        source = ExplainSource(form.cleaned_data["source"] or ExplainSource.ACTIVE)
+        at = form.cleaned_data["at"]
         try:
-            result = explain(source=ExplainSource(form.cleaned_data["source"]), **data)
+            result = explain(source=source, **data)
+            if at is not None and data["tenant"]:
+                rejection = rejection_explain(
+                    tenant=data["tenant"],
+                    route=result.resolution.route.slug
+                    if result.resolution.route
+                    else None,
+                    at=at,
+                    limit=form.cleaned_data["limit"],
+                )
         except ValidationError as exc:
             _refused(form, exc)
-    return _page(request, "explain.html", "Explain a request", form=form, result=result)
+    return _page(
+        request,
+        "explain.html",
+        "Explain a request",
+        form=form,
+        result=result,
+        rejection=rejection,
+        tenant_row=Tenant.objects.filter(slug=rejection.tenant).first()
+        if rejection
+        else None,
+        tenants=Tenant.objects.order_by("slug").values_list("slug", flat=True),
+    )

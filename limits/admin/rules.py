@@ -1,12 +1,15 @@
 """Admin pages of the rule tables: tiers, tenants, routes, and policies with their limits."""
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.postgres.forms import SimpleArrayField
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count
 from django.forms.models import BaseInlineFormSet
+from django.shortcuts import get_object_or_404, redirect
 from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 
 from limits.changes.previews import edits_pending_for
@@ -15,7 +18,10 @@ from limits.core.audit import Actor
 from limits.core.roles import can_edit_policy, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
 from limits.rules import services as rules
+from limits.support.raises import RAISE_DAYS, RAISE_FACTOR, override_raise
+from limits.support.tenants import tenant_limits
 from limits.versions.explain import effective_limits
+from limits.versions.selectors import snapshot_active_version
 
 from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin
@@ -52,7 +58,23 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
     )
     actions = ["issue_changelog_link", "revoke_changelog_link", "propose_removal"]
 
-    @admin.display(description="effective limits (working copy)")
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<path:object_id>/support/",
+                view(self.support_view),
+                name="limits_tenant_support",
+            ),
+            path(
+                "<path:object_id>/raise/",
+                view(self.raise_view),
+                name="limits_tenant_raise",
+            ),
+            *super().get_urls(),
+        ]
+
+    @admin.display(description="limits in the working copy (not yet enforced)")
     def effective_limits_table(self, tenant):
         if tenant.pk is None:
             return "Save the tenant to see the limits that apply to it."
@@ -61,8 +83,53 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
         except ValidationError as exc:  # a working copy gateways could not resolve
             return " ".join(exc.messages)
         return render_to_string(
-            "admin/limits/tenant/effective_limits.html", {"rows": rows}
+            "admin/limits/tenant/effective_limits.html",
+            {
+                "rows": rows,
+                "active": snapshot_active_version(),
+                "support_url": reverse("admin:limits_tenant_support", args=[tenant.pk]),
+            },
         )
+
+    def support_view(self, request, object_id):
+        """What support reads: the limits gateways enforce now, usage, recent 429s."""
+        tenant = get_object_or_404(Tenant, pk=object_id)
+        if not self.has_view_permission(request, tenant):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{tenant.slug}: limits in force",
+            "tenant": tenant,
+            "shown": tenant_limits(tenant=tenant),
+            "can_raise": can_edit_policy(request.user, scope=ScopeKind.TENANT),
+            "raise_factor": RAISE_FACTOR,
+            "raise_days": RAISE_DAYS,
+            "raise_until": timezone.now() + timezone.timedelta(days=RAISE_DAYS),
+        }
+        return TemplateResponse(request, "admin/limits/tenant/support.html", context)
+
+    def raise_view(self, request, object_id):
+        """One click (a POST with a reason): a change request for a temporary raise."""
+        tenant = get_object_or_404(Tenant, pk=object_id)
+        if request.method != "POST":
+            return redirect("admin:limits_tenant_support", tenant.pk)
+        try:
+            row = override_raise(
+                tenant=tenant,
+                route=request.POST.get("route") or None,
+                reason=request.POST.get("reason", ""),
+                actor=Actor.from_request(request),
+            )
+        except (ValidationError, PermissionDenied) as exc:
+            said = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
+            messages.error(request, " ".join(said))
+            return redirect("admin:limits_tenant_support", tenant.pk)
+        messages.success(
+            request,
+            f"Change request #{row.pk} raises {tenant.slug}: review and publish it.",
+        )
+        return redirect("admin:limits_changerequest_change", row.pk)
 
 
 @admin.register(Route)

@@ -24,6 +24,7 @@ __all__ = [
     "snapshot_diff",
     "snapshot_document",
     "snapshot_get_active",
+    "snapshot_in_force_at",
     "snapshot_list",
     "snapshot_rules",
     "snapshot_scheduled",
@@ -44,6 +45,22 @@ def snapshot_get_active(*, light: bool = False) -> Snapshot | None:
     """The version gateways enforce now: the highest that has been activated."""
     rows = _activated()
     return (rows.defer(*_HEAVY) if light else rows).order_by("-version").first()
+
+
+def snapshot_in_force_at(moment: datetime) -> Snapshot | None:
+    """The version gateways enforced at ``moment`` (None before the first one took effect).
+
+    Gateways switch at a version's effective time by themselves, so this is the
+    highest version effective by then that was not cancelled before taking
+    effect (superseded without ever being activated).
+    """
+    return (
+        Snapshot.objects.filter(effective_at__lte=moment)
+        .exclude(activated_at__isnull=True, superseded_at__isnull=False)
+        .defer("content_gzip", "diff")
+        .order_by("-version")
+        .first()
+    )
 
 
 def snapshot_active_version() -> int | None:
