@@ -273,6 +273,9 @@ SLUICE_BRAND = os.environ.get("SLUICE_BRAND", "Sluice")
 #: POST; empty: none), and the whsec_ secret they are signed with.
 SLUICE_TEAM_WEBHOOK_URL = os.environ.get("SLUICE_TEAM_WEBHOOK_URL", "")
 SLUICE_TEAM_WEBHOOK_SECRET = os.environ.get("SLUICE_TEAM_WEBHOOK_SECRET", "")
+# Where customers read about the limits (the docs, or the changelog's URL), linked
+# from every 429: published in the snapshot, so gateways carry it from the next publish.
+SLUICE_DOCUMENTATION_URL = os.environ.get("SLUICE_DOCUMENTATION_URL", "")
 #: The Redis stream gateways write decision events to (sluice.DecisionEvents).
 SLUICE_DECISION_STREAM = os.environ.get("SLUICE_DECISION_STREAM", "sluice:decisions")
 #: Seconds between two runs of the beat task that rolls the decision stream up.

@@ -108,6 +108,11 @@ class Decision(NamedTuple):
     #: the failure mode that decided a degraded decision (``open``, ``local``,
     #: ``closed``, ``open-unbounded``: the ``Sluice-Degraded`` field); None otherwise
     failure_mode: str | None = None
+    #: the request named a tenant the snapshot does not know: the default policy
+    #: decided, counting it as anonymous traffic (said in the 429)
+    unknown_tenant: bool = False
+    #: the snapshot's documentation link (``Rules.documentation``), for the 429
+    documentation: str = ""
 
     @property
     def violated(self) -> tuple[LimitStatus, ...]:

@@ -51,6 +51,7 @@ class Prepared(NamedTuple):
     slots: tuple[str, ...] = ()  #: keys of the policy's concurrency limits
     #: the scheduled version's buckets to run beside (:mod:`.rehearsal`), if any
     rehearsal: Rehearsal | None = None
+    unknown_tenant: bool = False  #: a tenant was named that the snapshot lacks
 
 
 # plan, route slug, mode, cost, the rehearsal (at the scheduled route cost), the
@@ -169,13 +170,14 @@ class Engine:
             rehearsing = Rehearsal(
                 rehearsal, _rehearsal_keys(rehearsal, owner, tenant, user, api_key, ip)
             )
+        unknown = bool(tenant) and tenant not in self.snapshot.rules.tenants
         if not plan.slots:
-            return Prepared(plan, keys, slug, mode, cost, (), rehearsing)
+            return Prepared(plan, keys, slug, mode, cost, (), rehearsing, unknown)
         slots = tuple(
             s.template % (owner, subject_value(s.dimension, tenant, user, api_key, ip))
             for s in plan.slots
         )
-        return Prepared(plan, keys, slug, mode, cost, slots, rehearsing)
+        return Prepared(plan, keys, slug, mode, cost, slots, rehearsing, unknown)
 
     def _route_of(self, method: str | None, path: str) -> str | None:
         """The slug of the route of ``method`` and ``path``, matched once per snapshot."""
@@ -290,7 +292,12 @@ class Engine:
         if deciding is None:  # validation forbids a policy of shadow limits only
             return _undecided(
                 self, prepared, plan, statuses, admitted, shadow
-            )._replace(at=at, rehearsed=rehearsed)
+            )._replace(
+                at=at,
+                rehearsed=rehearsed,
+                unknown_tenant=prepared.unknown_tenant,
+                documentation=self.snapshot.rules.documentation,
+            )
         return Decision(
             admitted,
             200 if admitted else 429,
@@ -307,6 +314,8 @@ class Engine:
             shadow,
             at=at,
             rehearsed=rehearsed,
+            unknown_tenant=prepared.unknown_tenant,
+            documentation=self.snapshot.rules.documentation,
         )
 
 

@@ -42,6 +42,8 @@ from http import HTTPStatus
 
 from .decision import Decision, LimitStatus
 from .protocol import DEGRADED
+from .keys import MISSING
+from .quota import Dimension, public_description, public_name
 
 __all__ = [
     "PROBLEM_QUOTA_EXCEEDED",
@@ -165,21 +167,56 @@ def error_response(
     return Response(decision.status, headers, body)
 
 
+#: What a request that lacked a limit's subject is told: it shared one bucket.
+_MISSING_SUBJECT = {
+    Dimension.TENANT: "Requests that name no tenant share one bucket.",
+    Dimension.USER: "Requests that carry no user id share one bucket.",
+    Dimension.API_KEY: "Requests that carry no API key share one bucket.",
+    Dimension.IP: "Requests whose address is unknown share one bucket.",
+}
+UNKNOWN_TENANT = (
+    "The tenant named in the request is not known, so the default limits applied"
+)
+
+
+def _said(status: LimitStatus) -> str:
+    """``Rate limit per user exceeded (2 requests per second per user, bursts of 5)``."""
+    return f"{public_name(status.limit)} exceeded ({public_description(status.limit)})"
+
+
+def _notes(decision: Decision) -> list[str]:
+    """Plain words on how the caller was counted, when it was not as it may think."""
+    notes = []
+    for status in decision.violated:
+        dimension = status.limit.dimension
+        if f":{dimension.value}:{MISSING}:" in status.key:
+            notes.append(_MISSING_SUBJECT[dimension])
+    if decision.unknown_tenant:
+        by_ip = any(s.limit.dimension is Dimension.IP for s in decision.violated)
+        notes.append(
+            UNKNOWN_TENANT
+            + (": it was identified by its IP address only." if by_ip else ".")
+        )
+    return list(dict.fromkeys(notes))
+
+
 def _problem(decision: Decision, seconds: int) -> dict[str, object]:
-    """The problem+json body, with the plain ``error``/``message`` members as well."""
-    violated = [s.name for s in decision.violated]
+    """The problem+json body, with the plain ``error``/``message`` members as well.
+
+    ``detail`` names each violated limit by its public name and description
+    (``docs/enforcement.md``); ``limits`` lists them for programs.
+    """
+    violated = decision.violated
     if decision.status == 503:
         problem, code = PROBLEM_REDUCED_CAPACITY, "limiter_unavailable"
         message = f"The rate limiter is unavailable; retry in {seconds} s."
-    elif any(s.concurrent for s in decision.violated):
-        problem, code = PROBLEM_QUOTA_EXCEEDED, "too_many_concurrent_requests"
-        named = ", ".join(violated)
-        message = f"Too many requests in flight ({named}); retry in {seconds} s."
     else:
-        problem, code = PROBLEM_QUOTA_EXCEEDED, "rate_limited"
-        named = ", ".join(violated) or "quota"
-        message = f"Rate limit exceeded ({named}); retry in {seconds} s."
-    return {
+        problem = PROBLEM_QUOTA_EXCEEDED
+        concurrent = any(s.concurrent for s in violated)
+        code = "too_many_concurrent_requests" if concurrent else "rate_limited"
+        said = ", ".join(_said(s) for s in violated) or "Rate limit exceeded"
+        message = " ".join([f"{said}; retry in {seconds} s.", *_notes(decision)])
+    body: dict[str, object] = {
         "type": problem,
         "title": HTTPStatus(decision.status).phrase,
         "status": decision.status,
@@ -187,5 +224,19 @@ def _problem(decision: Decision, seconds: int) -> dict[str, object]:
         "error": code,
         "message": message,
         "retry_after_seconds": seconds,
-        "violated-policies": violated,
+        "violated-policies": [s.name for s in violated],
     }
+    if decision.status != 503:  # the limiter's fault: no limit to tell of
+        body["limits"] = [
+            {
+                "policy": s.name,
+                "name": public_name(s.limit),
+                "description": public_description(s.limit),
+            }
+            for s in violated
+        ]
+    if decision.unknown_tenant:
+        body["unknown_tenant"] = True
+    if decision.documentation:
+        body["documentation"] = decision.documentation
+    return body

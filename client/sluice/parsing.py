@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from .canonical import canonical_json
 from .errors import SnapshotError
-from .quota import DEFAULT_LEASE_MS
+from .quota import DEFAULT_LEASE_MS, MAX_PUBLIC_DESCRIPTION, MAX_PUBLIC_NAME
 from .routing import HTTP_METHODS, PatternError, RouteTable
 from .rules import (
     PERIODS,
@@ -47,11 +47,13 @@ _SNAPSHOT_KEYS = {
     "hash",
 }
 _RULES_KEYS = {"tiers", "tenants", "routes", "policies"}
+_RULES_OPTIONAL = {"documentation"}
 _ROUTE_KEYS = {"methods", "path", "cost", "failure_mode"}
 _POLICY_KEYS = {"scope", "route", "expires_at", "limits"}
 _POLICY_OPTIONAL = {"concurrency"}
 _LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
-_LIMIT_OPTIONAL = {"shards", "lease", "lease_ms"}
+_PUBLIC = {"name", "description"}
+_LIMIT_OPTIONAL = {"shards", "lease", "lease_ms", *_PUBLIC}
 _CONCURRENCY_KEYS = {"dimension", "max_inflight", "timeout", "shadow"}
 
 _E = TypeVar("_E", FailureMode, Dimension, ScopeKind)
@@ -83,7 +85,7 @@ def parse_snapshot_fields(data: Any, *, format_version: int) -> dict[str, Any]:
 
 def parse_rules(data: Any, path: str = "rules") -> Rules:
     """Return the rules in ``data``; raise SnapshotError for the first problem found."""
-    obj = _object(data, path, _RULES_KEYS)
+    obj = _object(data, path, _RULES_KEYS, _RULES_OPTIONAL)
     tiers = {
         _string(slug, f"{path}.tiers"): _string(
             _object(value, f"{path}.tiers.{slug}", {"name"})["name"],
@@ -100,7 +102,16 @@ def parse_rules(data: Any, path: str = "rules") -> Rules:
         parse_policy(value, f"{path}.policies[{index}]")
         for index, value in enumerate(_list(obj["policies"], f"{path}.policies"))
     )
-    rules = Rules(tiers=tiers, tenants=tenants, routes=routes, policies=policies)
+    documentation = ""  # checked by validate_rules, as the control plane checks it
+    if "documentation" in obj:
+        documentation = _string(obj["documentation"], f"{path}.documentation")
+    rules = Rules(
+        tiers=tiers,
+        tenants=tenants,
+        routes=routes,
+        policies=policies,
+        documentation=documentation,
+    )
     problems = validate_rules(rules)
     if problems:
         raise SnapshotError(f"{path}.{problems[0].path}", problems[0].message)
@@ -183,18 +194,37 @@ def parse_limit(data: Any, path: str = "limit") -> Limit:
         lease_ms=_integer(
             obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
         ),
+        **_public(obj, path),
     )
 
 
 def parse_concurrency(data: Any, path: str = "concurrency") -> ConcurrencyLimit:
     """One concurrency cap (``ConcurrencyLimit.to_json``); SnapshotError names the bad member."""
-    obj = _object(data, path, _CONCURRENCY_KEYS)
+    obj = _object(data, path, _CONCURRENCY_KEYS, _PUBLIC)
     return ConcurrencyLimit(
         dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
         max_inflight=_integer(obj["max_inflight"], f"{path}.max_inflight", minimum=1),
         timeout=_integer(obj["timeout"], f"{path}.timeout", minimum=1),
         shadow=_boolean(obj["shadow"], f"{path}.shadow"),
+        **_public(obj, path),
     )
+
+
+def _public(obj: dict[str, Any], path: str) -> dict[str, str]:
+    """A limit's optional public name and description (absent: derived when shown)."""
+    bounds = {"name": MAX_PUBLIC_NAME, "description": MAX_PUBLIC_DESCRIPTION}
+    return {
+        member: _text(obj[member], f"{path}.{member}", most)
+        for member, most in bounds.items()
+        if member in obj
+    }
+
+
+def _text(data: Any, path: str, most: int) -> str:
+    text = _string(data, path)
+    if len(text) > most:
+        raise SnapshotError(path, f"at most {most} characters")
+    return text
 
 
 def _object(

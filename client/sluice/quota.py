@@ -17,6 +17,8 @@ __all__ = [
     "DEFAULT_LEASE_MS",
     "DEFAULT_TIMEOUT",
     "MAX_LEASE_MS",
+    "MAX_PUBLIC_DESCRIPTION",
+    "MAX_PUBLIC_NAME",
     "MAX_SHARDS",
     "MAX_TIMEOUT",
     "PERIODS",
@@ -26,7 +28,12 @@ __all__ = [
     "Limit",
     "describe_limit",
     "limit_in_words",
+    "public_description",
+    "public_name",
 ]
+
+MAX_PUBLIC_NAME = 80  #: characters of a limit's public name
+MAX_PUBLIC_DESCRIPTION = 300  #: characters of its public description
 
 #: Allowed limit periods in seconds, with the unit people read.
 PERIODS: Mapping[int, str] = {1: "s", 60: "min", 3600: "h", 86400: "day"}
@@ -65,6 +72,9 @@ class Limit:
     shards: int = 1  #: keys the bucket is split into (1: not split)
     lease: int = 0  #: tokens a gateway leases at once (0: no leases)
     lease_ms: int = DEFAULT_LEASE_MS  #: how long leased tokens may be spent
+    #: what customers read in a 429 (:func:`public_name`); empty: derived from the limit
+    name: str = ""
+    description: str = ""  #: likewise (:func:`public_description`)
 
     def __post_init__(self) -> None:
         if not self.lease:  # one form for "no lease", so equal limits compare equal
@@ -91,6 +101,7 @@ class Limit:
             data["lease"] = self.lease
         if self.lease_ms != DEFAULT_LEASE_MS:
             data["lease_ms"] = self.lease_ms
+        _public_members(self, data)
         return data
 
     def sort_key(self) -> tuple[str, int, int, int, int, bool]:
@@ -118,17 +129,29 @@ class ConcurrencyLimit:
     max_inflight: int  #: requests in flight at once per key
     timeout: int = DEFAULT_TIMEOUT  #: seconds before an unreleased slot expires
     shadow: bool = False  #: counted and reported, never rejects
+    name: str = ""  #: public name (:func:`public_name`); empty: derived
+    description: str = ""  #: public description; empty: derived
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "dimension": self.dimension.value,
             "max_inflight": self.max_inflight,
             "timeout": self.timeout,
             "shadow": self.shadow,
         }
+        _public_members(self, data)
+        return data
 
     def sort_key(self) -> tuple[str, int, int, bool]:
         return (self.dimension, self.max_inflight, self.timeout, self.shadow)
+
+
+def _public_members(limit: Limit | ConcurrencyLimit, data: dict[str, Any]) -> None:
+    """Optional members, written only when set: snapshots without them keep their bytes."""
+    if limit.name:
+        data["name"] = limit.name
+    if limit.description:
+        data["description"] = limit.description
 
 
 def describe_limit(limit: Limit | ConcurrencyLimit) -> str:
@@ -182,3 +205,16 @@ def limit_in_words(limit: Limit | ConcurrencyLimit) -> str:
     if limit.cost is not None and limit.cost != 1:
         text += f"; each request counts as {limit.cost:,}"
     return text
+
+
+def public_name(limit: Limit | ConcurrencyLimit) -> str:
+    """The limit's name for customers: its own, else ``Rate limit per user``."""
+    if limit.name:
+        return limit.name
+    kind = "Concurrency" if isinstance(limit, ConcurrencyLimit) else "Rate"
+    return f"{kind} limit {_SUBJECT_WORDS[limit.dimension]}"
+
+
+def public_description(limit: Limit | ConcurrencyLimit) -> str:
+    """The limit for customers: its own description, else :func:`limit_in_words`."""
+    return limit.description or limit_in_words(limit)

@@ -163,6 +163,9 @@ class Rules:
     tenants: Mapping[str, str]  #: tenant slug -> tier slug
     routes: Mapping[str, Route]  #: route slug -> route
     policies: tuple[Policy, ...]
+    #: where customers read about the limits (docs or changelog URL), linked from
+    #: every 429; empty: no link. Written only when set (older bytes unchanged).
+    documentation: str = ""
     #: canonical bytes, computed once (a rule set is immutable; 6 MB with 100k tenants)
     _canonical: bytes | None = field(
         default=None, init=False, repr=False, compare=False
@@ -170,12 +173,15 @@ class Rules:
 
     def to_json(self) -> dict[str, Any]:
         policies = sorted(self.policies, key=lambda p: p.key)
-        return {
+        data: dict[str, Any] = {
             "tiers": {slug: {"name": name} for slug, name in self.tiers.items()},
             "tenants": dict(self.tenants),
             "routes": {slug: route.to_json() for slug, route in self.routes.items()},
             "policies": [policy.to_json() for policy in policies],
         }
+        if self.documentation:
+            data["documentation"] = self.documentation
+        return data
 
     def canonical_bytes(self) -> bytes:
         """``canonical_json(self.to_json())``, serialized on the first call only."""

@@ -40,6 +40,9 @@ def policy_ref(policy: Policy) -> str:
     return f"{policy.scope}/{policy.route}{'~' if policy.is_override else ''}"
 
 
+MAX_DOCUMENTATION = 500  #: characters of ``Rules.documentation``
+
+
 def validate_rules(rules: Rules) -> list[Problem]:
     """Return every problem of ``rules`` (empty when it can be published and enforced)."""
     problems = [
@@ -71,7 +74,20 @@ def validate_rules(rules: Rules) -> list[Problem]:
                 "the default policy for all routes is missing: requests would be unlimited",
             )
         )
+    if rules.documentation and not _is_link(rules.documentation):
+        problems.append(
+            Problem(
+                "rules",
+                "documentation",
+                "documentation",
+                f"must be an http(s) URL of at most {MAX_DOCUMENTATION} characters",
+            )
+        )
     return problems
+
+
+def _is_link(text: str) -> bool:
+    return text.startswith(("https://", "http://")) and len(text) <= MAX_DOCUMENTATION
 
 
 def _route_problems(rules: Rules) -> list[Problem]:

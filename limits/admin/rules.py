@@ -210,6 +210,15 @@ class LimitInline(admin.StackedInline):
             },
         ),
         (
+            "What customers read in a 429",
+            {
+                "fields": (("public_name", "public_description"),),
+                "classes": ("collapse",),
+                "description": "Leave empty to derive them from the numbers: "
+                '"Rate limit per user", "2 requests per second per user, bursts of 5".',
+            },
+        ),
+        (
             "Expert settings: hot keys and slot timeout",
             {
                 "fields": (("shards", "lease", "lease_ms", "timeout"),),

@@ -52,6 +52,8 @@ class Limit(RuleModel):
         "lease_ms",
         "max_inflight",
         "timeout",
+        "public_name",
+        "public_description",
     )
 
     policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="limits")
@@ -118,6 +120,20 @@ class Limit(RuleModel):
         "counting after this; longer than the slowest request.",
     )
 
+    public_name = models.CharField(
+        max_length=quota.MAX_PUBLIC_NAME,
+        blank=True,
+        default="",
+        help_text='What customers read in a 429; empty: derived ("Rate limit per user").',
+    )
+    public_description = models.CharField(
+        max_length=quota.MAX_PUBLIC_DESCRIPTION,
+        blank=True,
+        default="",
+        help_text="The limit in a 429's detail; empty: derived from the numbers "
+        '("2 requests per second per user, bursts of 5").',
+    )
+
     class Meta:
         ordering = ["policy_id", "kind", "dimension", "period"]
         constraints = [
@@ -181,6 +197,8 @@ class Limit(RuleModel):
         lease_ms: int,
         max_inflight: int,
         timeout: int,
+        public_name: str = "",
+        public_description: str = "",
     ) -> quota.Limit | quota.ConcurrencyLimit:
         """The snapshot's value of one limit's columns (:attr:`SETTINGS`, in order):
         compiling reads columns as tuples, 30,000 limits without model instances."""
@@ -190,6 +208,8 @@ class Limit(RuleModel):
                 max_inflight=max_inflight,
                 timeout=timeout,
                 shadow=shadow,
+                name=public_name,
+                description=public_description,
             )
         return quota.Limit(
             quota.Dimension(dimension),
@@ -201,6 +221,8 @@ class Limit(RuleModel):
             shards,
             lease,
             lease_ms,
+            public_name,
+            public_description,
         )
 
     def clean(self) -> None:

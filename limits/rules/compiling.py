@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 
@@ -158,6 +159,7 @@ def rules_compile(*, tenant: models.Tenant | None = None) -> snapshot.Rules:
             route.slug: route_to_snapshot(route) for route in models.Route.objects.all()
         },
         policies=_policies(policies),
+        documentation=settings.SLUICE_DOCUMENTATION_URL,
     )
 
 

@@ -119,6 +119,12 @@ def limit_document(
             "lease": 0,
             "lease_ms": DEFAULT_LEASE_MS,
         }
+    # Public words are written only when set: documents of limits without them
+    # (and the change requests that hold such documents) stay as they were.
+    if value.name:
+        doc["public_name"] = value.name
+    if value.description:
+        doc["public_description"] = value.description
     if short:
         doc = {k: v for k, v in doc.items() if k not in defaults or defaults[k] != v}
     return doc
@@ -134,6 +140,8 @@ def limit_value(doc: Mapping[str, Any]) -> snapshot.Limit | snapshot.Concurrency
             max_inflight=doc["max_inflight"],
             timeout=doc.get("timeout", DEFAULT_TIMEOUT),
             shadow=doc.get("shadow", False),
+            name=doc.get("public_name", ""),
+            description=doc.get("public_description", ""),
         )
     period = doc["period"]
     return snapshot.Limit(
@@ -146,6 +154,8 @@ def limit_value(doc: Mapping[str, Any]) -> snapshot.Limit | snapshot.Concurrency
         shards=doc.get("shards", 1),
         lease=doc.get("lease", 0),
         lease_ms=doc.get("lease_ms", DEFAULT_LEASE_MS),
+        name=doc.get("public_name", ""),
+        description=doc.get("public_description", ""),
     )
 
 
@@ -488,4 +498,5 @@ def rules_with(rules: snapshot.Rules, edits: Iterable[Edit]) -> snapshot.Rules:
         tenants=tenants,
         routes=routes,
         policies=tuple(policies.values()),
+        documentation=rules.documentation,
     )

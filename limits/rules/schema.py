@@ -19,6 +19,8 @@ from sluice.quota import (
     DEFAULT_LEASE_MS,
     DEFAULT_TIMEOUT,
     MAX_LEASE_MS,
+    MAX_PUBLIC_DESCRIPTION,
+    MAX_PUBLIC_NAME,
     MAX_SHARDS,
     MAX_TIMEOUT,
 )
@@ -54,6 +56,18 @@ _LIMIT_COMMON = {
         "type": "boolean",
         "default": False,
         "description": "Evaluate and report, never reject.",
+    },
+    "public_name": {
+        "type": "string",
+        "maxLength": MAX_PUBLIC_NAME,
+        "default": "",
+        "description": "The limit's name in a 429; empty: derived (Rate limit per user).",
+    },
+    "public_description": {
+        "type": "string",
+        "maxLength": MAX_PUBLIC_DESCRIPTION,
+        "default": "",
+        "description": "The limit in a 429's detail; empty: derived from the numbers.",
     },
 }
 

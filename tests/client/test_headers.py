@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from sluice import FailureMode
+from sluice import FailureMode, Snapshot
 from sluice.engine import Engine
 from sluice.failure import LocalBuckets, failover
 from sluice.headers import (
@@ -16,6 +17,7 @@ from sluice.headers import (
     rate_limit_headers,
     retry_after_seconds,
 )
+from sluice.quota import Dimension, Limit
 from tests.client.factories import limit, policy, rules, snapshot
 
 # per user: 10 per minute (a token every 6 s), burst 10; per tenant: 100 per hour, burst 50;
@@ -127,3 +129,104 @@ def test_error_response__limiter_unavailable__503_reduced_capacity():
     assert dict(response.headers)["Sluice-Degraded"] == "closed"
     assert body["type"] == PROBLEM_REDUCED_CAPACITY
     assert body["error"] == "limiter_unavailable"
+
+
+def _rejected(engine: Engine, **who):
+    """The decision of ``engine`` for a request to search whose first bucket is empty."""
+    request = {"tenant": None, "user": None, "api_key": None, "ip": "10.0.0.1", **who}
+    prepared = engine.prepare(
+        route="search", method=None, path=None, now=0.0, **request
+    )
+    reply = [0]
+    for index in range(len(prepared.keys)):
+        reply += [0, 60 * SECOND] if index == 0 else [1, 0]
+    return engine.decision(prepared, [*reply, 0])
+
+
+def test_error_response__limits_without_words__detail_derived_from_the_numbers():
+    # Given the user limit rejects (10 per minute, burst 10) / When rendered
+    body = json.loads(error_response(decide([0, 0, 60 * SECOND, 1, 0, 1, 0])).body)
+    # Then detail and limits say it as customers read it, not "user-min"
+    said = "10 requests per minute per user, bursts of 10"
+    assert body["detail"].startswith(
+        f"Rate limit per user exceeded ({said}); retry in "
+    )
+    assert body["limits"] == [
+        {"policy": "user-min", "name": "Rate limit per user", "description": said}
+    ]
+    assert "documentation" not in body
+    assert "unknown_tenant" not in body
+
+
+def test_error_response__public_words_and_documentation__used_in_the_body():
+    # Given a limit with its own public name and description, and a documentation link
+    named = Limit(
+        Dimension.TENANT, 2, 1, 5, name="Search", description="2 searches a second"
+    )
+    engine = Engine(
+        snapshot(
+            replace(
+                rules(policy("default", "search", named)),
+                documentation="https://docs.example.com/limits",
+            )
+        )
+    )
+    # When acme is rejected
+    body = json.loads(error_response(_rejected(engine, tenant="acme")).body)
+    # Then the body speaks the public words and links the documentation
+    assert body["detail"].startswith("Search exceeded (2 searches a second); retry in ")
+    assert body["documentation"] == "https://docs.example.com/limits"
+
+
+def test_error_response__unknown_tenant_on_a_per_ip_default__said_identified_by_ip():
+    # Given the default counts per IP / When a tenant the rules do not know is rejected
+    engine = Engine(snapshot(rules(policy("default", "search", limit("ip", 1, 1, 1)))))
+    body = json.loads(error_response(_rejected(engine, tenant="initec")).body)
+    # Then the 429 says the tenant was unknown and the caller identified by IP only
+    assert body["unknown_tenant"] is True
+    assert body["detail"].endswith(
+        "The tenant named in the request is not known, so the default limits applied: "
+        "it was identified by its IP address only."
+    )
+    # And a known tenant is told nothing of the kind
+    known = json.loads(error_response(_rejected(engine, tenant="acme")).body)
+    assert "unknown_tenant" not in known
+    assert "not known" not in known["detail"]
+
+
+def test_error_response__per_user_limit_without_a_user__said_to_share_a_bucket():
+    engine = Engine(
+        snapshot(rules(policy("default", "search", limit("user", 2, 1, 5))))
+    )
+    missing = json.loads(error_response(_rejected(engine, tenant="acme")).body)
+    named = json.loads(error_response(_rejected(engine, tenant="acme", user="u1")).body)
+    assert missing["detail"].endswith(
+        "Requests that carry no user id share one bucket."
+    )
+    assert "share one bucket" not in named["detail"]
+
+
+def test_snapshot__public_members__round_trip_and_absent_ones_keep_older_bytes():
+    plain = snapshot(rules(policy("default", "search", limit("user", 2, 1, 5))))
+    assert all(
+        "name" not in limit.to_json() and "description" not in limit.to_json()
+        for p in plain.rules.policies
+        for limit in p.limits
+    )
+    assert b"documentation" not in plain.to_bytes()
+    worded = snapshot(
+        replace(
+            rules(
+                policy(
+                    "default",
+                    "search",
+                    Limit(Dimension.USER, 2, 1, 5, name="Per user", description="two"),
+                )
+            ),
+            documentation="https://docs.example.com/limits",
+        )
+    )
+    again = Snapshot.from_bytes(worded.to_bytes())
+    assert again == worded
+    (search,) = [p for p in again.rules.policies if p.route == "search"]
+    assert (search.limits[0].name, search.limits[0].description) == ("Per user", "two")

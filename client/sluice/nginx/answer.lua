@@ -33,6 +33,7 @@ function _M.bucket_statuses(plan, keys, reply, step)
     end
     statuses[i] = {
       name = p.name,
+      limit = p.limit,
       key = keys[i],
       quota = p.quota,
       window = p.window,
@@ -54,6 +55,7 @@ function _M.slot_statuses(plan, keys, reply, offset, statuses)
     local most = slot.limit.max_inflight
     statuses[#statuses + 1] = {
       name = slot.name,
+      limit = slot.limit,
       key = keys[i],
       quota = most,
       window = 0,
@@ -117,6 +119,8 @@ function _M.conclude(engine, prepared, plan, statuses, admitted, at)
     shadow = shadow,
     degraded = false,
     at = at or 0,
+    unknown_tenant = prepared.unknown_tenant == true,
+    documentation = engine.documentation or "",
   }
 end
 
@@ -169,20 +173,89 @@ function _M.retry_after_seconds(decision, jitter)
   return max(1, ceil((decision.retry_after or 0) + (jitter or 0) * math.random()))
 end
 
-local function json_list(names)
-  local quoted = {}
-  for i, name in ipairs(names) do
-    quoted[i] = cjson.encode(name)
-  end
-  return "[" .. concat(quoted, ",") .. "]"
+-- Limits in words, as sluice/quota.py says them (limit_in_words, public_name,
+-- public_description): the 429 tells customers the limit, not its internal name.
+local PERIOD_WORDS = { [1] = "second", [60] = "minute", [3600] = "hour", [86400] = "day" }
+local SUBJECT_WORDS = {
+  tenant = "per account", user = "per user", api_key = "per API key", ip = "per IP address",
+}
+local MISSING_SUBJECT = {
+  tenant = "Requests that name no tenant share one bucket.",
+  user = "Requests that carry no user id share one bucket.",
+  api_key = "Requests that carry no API key share one bucket.",
+  ip = "Requests whose address is unknown share one bucket.",
+}
+local UNKNOWN_TENANT = "The tenant named in the request is not known, so the default limits applied"
+
+local function thousands(n)
+  local text = string.format("%d", n)
+  local cut = (#text - 1) % 3 + 1
+  return text:sub(1, cut) .. (text:sub(cut + 1):gsub("(%d%d%d)", ",%1"))
 end
 
---- The problem+json body of a rejected decision (with the plain error/message members).
+local function requests(n)
+  return thousands(n) .. (n == 1 and " request" or " requests")
+end
+
+--- `2 requests per second per user, bursts of 5` (a bucket) or `at most 2 requests in
+--- flight per account` (a concurrency cap).
+function _M.limit_in_words(limit, concurrent)
+  local subject = SUBJECT_WORDS[limit.dimension]
+  if concurrent then
+    return "at most " .. requests(limit.max_inflight) .. " in flight " .. subject
+  end
+  local text = requests(limit.rate) .. " per " .. PERIOD_WORDS[limit.period] .. " " .. subject
+    .. ", bursts of " .. thousands(limit.burst)
+  if limit.cost ~= nil and limit.cost ~= 1 then
+    text = text .. "; each request counts as " .. thousands(limit.cost)
+  end
+  return text
+end
+
+local function public_name(s)
+  if s.limit.name then
+    return s.limit.name
+  end
+  return (s.concurrent and "Concurrency" or "Rate") .. " limit " .. SUBJECT_WORDS[s.limit.dimension]
+end
+
+local function public_description(s)
+  return s.limit.description or _M.limit_in_words(s.limit, s.concurrent)
+end
+
+--- How the caller was counted, when it was not as it may think (sluice/headers.py).
+local function notes(decision, violated)
+  local said, seen, by_ip = {}, {}, false
+  for _, s in ipairs(violated) do
+    local dimension = s.limit.dimension
+    by_ip = by_ip or dimension == "ip"
+    local note = MISSING_SUBJECT[dimension]
+    if not seen[note] and s.key:find(":" .. dimension .. ":~:", 1, true) then
+      said[#said + 1], seen[note] = note, true
+    end
+  end
+  if decision.unknown_tenant then
+    said[#said + 1] = UNKNOWN_TENANT
+      .. (by_ip and ": it was identified by its IP address only." or ".")
+  end
+  return said
+end
+
+local function json_list(items)
+  local encoded = {}
+  for i, item in ipairs(items) do
+    encoded[i] = cjson.encode(item)
+  end
+  return "[" .. concat(encoded, ",") .. "]"
+end
+
+--- The problem+json body of a rejected decision (with the plain error/message members):
+--- each violated limit by its public name and description, as sluice/headers.py says it.
 function _M.problem(decision, seconds)
   local violated, concurrent = {}, false
   for _, s in ipairs(decision.statuses) do
     if not s.fits and not s.shadow then
-      violated[#violated + 1] = s.name
+      violated[#violated + 1] = s
       concurrent = concurrent or s.concurrent == true
     end
   end
@@ -190,17 +263,27 @@ function _M.problem(decision, seconds)
   if decision.status == 503 then
     problem, code = PROBLEM_REDUCED_CAPACITY, "limiter_unavailable"
     message = "The rate limiter is unavailable; retry in " .. seconds .. " s."
-  elseif concurrent then
-    problem, code = PROBLEM_QUOTA_EXCEEDED, "too_many_concurrent_requests"
-    message = "Too many requests in flight (" .. concat(violated, ", ") .. "); retry in "
-      .. seconds .. " s."
   else
-    local named = #violated > 0 and concat(violated, ", ") or "quota"
-    problem, code = PROBLEM_QUOTA_EXCEEDED, "rate_limited"
-    message = "Rate limit exceeded (" .. named .. "); retry in " .. seconds .. " s."
+    problem = PROBLEM_QUOTA_EXCEEDED
+    code = concurrent and "too_many_concurrent_requests" or "rate_limited"
+    local said = {}
+    for i, s in ipairs(violated) do
+      said[i] = public_name(s) .. " exceeded (" .. public_description(s) .. ")"
+    end
+    local head = #said > 0 and concat(said, ", ") or "Rate limit exceeded"
+    local parts = { head .. "; retry in " .. seconds .. " s." }
+    for _, note in ipairs(notes(decision, violated)) do
+      parts[#parts + 1] = note
+    end
+    message = concat(parts, " ")
+  end
+  local names, limits = {}, {}
+  for i, s in ipairs(violated) do
+    names[i] = s.name
+    limits[i] = { policy = s.name, name = public_name(s), description = public_description(s) }
   end
   local text = cjson.encode(message)
-  return concat({
+  local body = {
     '{"type": ', cjson.encode(problem),
     ', "title": ', cjson.encode(PHRASES[decision.status] or "Error"),
     ', "status": ', tostring(decision.status),
@@ -208,8 +291,19 @@ function _M.problem(decision, seconds)
     ', "error": ', cjson.encode(code),
     ', "message": ', text,
     ', "retry_after_seconds": ', tostring(seconds),
-    ', "violated-policies": ', json_list(violated), "}",
-  })
+    ', "violated-policies": ', json_list(names),
+  }
+  if decision.status ~= 503 then -- the limiter's fault: no limit to tell of
+    body[#body + 1] = ', "limits": ' .. json_list(limits)
+  end
+  if decision.unknown_tenant then
+    body[#body + 1] = ', "unknown_tenant": true'
+  end
+  if decision.documentation and decision.documentation ~= "" then
+    body[#body + 1] = ', "documentation": ' .. cjson.encode(decision.documentation)
+  end
+  body[#body + 1] = "}"
+  return concat(body)
 end
 
 return _M

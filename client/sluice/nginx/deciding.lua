@@ -106,7 +106,7 @@ function Gateway:cached_rejection(engine, prepared, reply)
   for i, slot in ipairs(plan.slots) do
     local most, count = slot.limit.max_inflight, self.rejections.inflight[prepared.slots[i]]
     statuses[#statuses + 1] = {
-      name = slot.name, key = prepared.slots[i], quota = most, window = 0, fits = true,
+      name = slot.name, limit = slot.limit, key = prepared.slots[i], quota = most, window = 0, fits = true,
       remaining = count == nil and -1 or max(0, most - count), reset = 0, retry_after = 0,
       shadow = slot.shadow, concurrent = true,
     }

@@ -66,6 +66,8 @@ local function policy_of(raw)
       shards = value(l.shards) or 1,
       lease = value(l.lease) or 0,
       lease_ms = value(l.lease_ms) or 1000,
+      name = value(l.name),
+      description = value(l.description),
     }
     if not PERIODS[l.period] or l.rate < 1 or l.burst < 1 then
       error("bad limit in " .. raw.scope .. "/" .. raw.route)
@@ -78,6 +80,8 @@ local function policy_of(raw)
       max_inflight = c.max_inflight,
       timeout = c.timeout,
       shadow = c.shadow == true,
+      name = value(c.name),
+      description = value(c.description),
     }
   end
   local expires = epoch(value(raw.expires_at))
@@ -136,6 +140,7 @@ function _M.engine(snapshot, options)
     hash = snapshot.hash,
     effective = epoch(snapshot.effective_at),
     tenants = rules.tenants,
+    documentation = value(rules.documentation) or "",
     routes = routes,
     tree = routing.tree(routes),
     index = index,
@@ -243,6 +248,7 @@ function Engine:prepare(who, now, upcoming)
     route = route and route.slug or nil,
     failure_mode = route and route.failure_mode or self.unmatched,
     cost = cost,
+    unknown_tenant = who.tenant ~= nil and who.tenant ~= "" and self.tenants[who.tenant] == nil,
   }
 end
 
