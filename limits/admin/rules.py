@@ -330,10 +330,14 @@ class PolicyAdmin(ProposingAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         policy = self.get_object(request, object_id)
         pending = edits_pending_for("policy", [key_of(policy)]) if policy else []
-        extra = {"pending_edits": pending}
+        extra = {"pending_edits": pending, "active_version": snapshot_active_version()}
         return super().change_view(
             request, object_id, form_url, {**extra, **(extra_context or {})}
         )
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"active_version": snapshot_active_version()}
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)

@@ -154,3 +154,17 @@ def test_explain__unknown_tenant__said_as_such(client, viewer_user, rules, publi
     client.force_login(viewer_user)
     html = client.get(EXPLAIN, {"tenant": "initec", "route": "search"}).content.decode()
     assert "Unknown tenant initec" in html
+
+
+def test_policy_pages__working_copy__say_which_version_gateways_enforce(
+    client, viewer_user, rules, published
+):
+    client.force_login(viewer_user)
+    listing = client.get(reverse("admin:limits_policy_changelist")).content.decode()
+    form = client.get(
+        reverse("admin:limits_policy_change", args=[rules["pro_search"].pk])
+    ).content.decode()
+    for html in (listing, form):
+        assert "working copy" in html
+        assert "gateways enforce" in html
+        assert "version 1</a>" in html
