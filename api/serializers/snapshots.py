@@ -127,6 +127,16 @@ class ExplainQuerySerializer(serializers.Serializer):
     source = serializers.ChoiceField(
         choices=ExplainSource.choices, default=ExplainSource.ACTIVE
     )
+    at = serializers.DateTimeField(
+        required=False,
+        help_text="ISO 8601, to the second: also explain a 429 of the tenant at that "
+        "second, with the version then in force and the traffic before it.",
+    )
+    limit = serializers.CharField(
+        required=False,
+        max_length=40,
+        help_text="The limit the rejection log names (user-s), to mark it.",
+    )
 
 
 class LimitOutSerializer(serializers.Serializer):
@@ -137,6 +147,8 @@ class LimitOutSerializer(serializers.Serializer):
     cost = serializers.IntegerField(allow_null=True)
     shadow = serializers.BooleanField()
     description = serializers.CharField()
+    public_name = serializers.CharField(help_text="What customers read in a 429.")
+    public_description = serializers.CharField(help_text="Likewise, in its detail.")
 
 
 class PolicyOutSerializer(serializers.Serializer):
@@ -154,6 +166,30 @@ class KeyOutSerializer(serializers.Serializer):
     limit = serializers.CharField()
 
 
+class VerdictOutSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    words = serializers.CharField()
+    rejected = serializers.BooleanField()
+    busiest = serializers.IntegerField(
+        help_text="Most requests in one window up to then."
+    )
+    busiest_window = serializers.IntegerField(help_text="That window, in seconds.")
+    allowed_then = serializers.IntegerField(help_text="What the bucket admits in it.")
+    burst_needed = serializers.IntegerField()
+    rate_needed = serializers.IntegerField(allow_null=True)
+    per_caller = serializers.BooleanField()
+
+
+class RejectionOutSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    version = serializers.IntegerField(help_text="The version in force at that second.")
+    tenant_known = serializers.BooleanField()
+    policy = serializers.CharField()
+    requests = serializers.IntegerField(help_text="Decisions in the 60 s up to then.")
+    seconds = serializers.ListField(child=serializers.IntegerField())
+    verdicts = VerdictOutSerializer(many=True)
+
+
 class ExplanationSerializer(serializers.Serializer):
     source = serializers.CharField()
     version = serializers.IntegerField(allow_null=True)
@@ -167,6 +203,9 @@ class ExplanationSerializer(serializers.Serializer):
     keys = KeyOutSerializer(many=True)
     beaten = PolicyOutSerializer(many=True)
     expired = PolicyOutSerializer(many=True)
+    rejection = RejectionOutSerializer(
+        allow_null=True, help_text="With ``at``: why the tenant was rejected then."
+    )
 
 
 class GatewayOutSerializer(serializers.Serializer):

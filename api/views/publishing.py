@@ -3,6 +3,7 @@
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 
+from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -28,6 +29,7 @@ from limits.gateways.fleet import fleet_status
 from limits.models import Snapshot
 from limits.publishing.rollback import snapshot_rollback
 from limits.publishing.services import snapshot_publish
+from limits.support.rejections import RejectionExplanation, rejection_explain
 from limits.traffic.impacts import scheduled_impact, working_copy_impact
 from limits.traffic.rehearsal import rehearsal_figures
 from limits.versions.explain import explain
@@ -38,6 +40,7 @@ from limits.versions.selectors import (
     snapshot_list,
     snapshot_scheduled,
 )
+from sluice.quota import public_description, public_name
 from sluice.resolver import Candidate
 from sluice.snapshot import Policy, describe_limit
 
@@ -187,8 +190,22 @@ class ExplainView(StrictQueryMixin, APIView):
     def get(self, request):
         query = ExplainQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        result = explain(**query.validated_data)
+        data = dict(query.validated_data)
+        at, limit = data.pop("at", None), data.pop("limit", "")
+        result = explain(**data)
         resolution = result.resolution
+        rejection = None
+        if at is not None:
+            if not result.tenant:
+                raise ValidationError(
+                    {"tenant": "Name the tenant whose 429 to explain."}
+                )
+            rejection = rejection_explain(
+                tenant=result.tenant,
+                route=resolution.route.slug if resolution.route else None,
+                at=at,
+                limit=limit,
+            )
         return Response(
             {
                 "source": result.source,
@@ -206,13 +223,44 @@ class ExplainView(StrictQueryMixin, APIView):
                 ],
                 "beaten": [_candidate(c) for c in resolution.beaten],
                 "expired": [_candidate(c) for c in resolution.expired],
+                "rejection": _rejection(rejection) if rejection else None,
             }
         )
 
 
+def _rejection(why: RejectionExplanation) -> dict:
+    return {
+        "at": why.at,
+        "version": why.version.version,
+        "tenant_known": why.tenant_known,
+        "policy": why.resolution.policy.describe(),
+        "requests": why.requests,
+        "seconds": why.seconds,
+        "verdicts": [
+            {
+                "name": v.name,
+                "words": v.words,
+                "rejected": v.rejected,
+                "busiest": v.busiest,
+                "busiest_window": v.busiest_window,
+                "allowed_then": v.allowed_then,
+                "burst_needed": v.burst_needed,
+                "rate_needed": v.rate_needed,
+                "per_caller": v.per_caller,
+            }
+            for v in why.verdicts
+        ],
+    }
+
+
 def _policy(policy: Policy) -> dict:
     limits = [
-        {**limit.to_json(), "description": describe_limit(limit)}
+        {
+            **{k: v for k, v in limit.to_json().items() if k != "name"},
+            "description": describe_limit(limit),
+            "public_name": public_name(limit),
+            "public_description": public_description(limit),
+        }
         for limit in policy.limits
     ]
     return {

@@ -182,3 +182,52 @@ def test_versions__paginated__limit_and_offset_accepted(product_api, rules):
     _publish(product_api)
     page = product_api.get("/api/v1/snapshots?limit=1&offset=0").json()
     assert (page["count"], [v["version"] for v in page["results"]]) == (1, [1])
+
+
+def test_explain__at_a_second__why_the_tenant_was_rejected_then(product_api, rules):
+    # Given version 1, and initech's recorded traffic: 12 requests in one second
+    from limits.models import DecisionPeak
+
+    published = Snapshot.objects.get(version=_publish(product_api).json()["version"])
+    at = published.effective_at.replace(second=30, microsecond=0) + timedelta(minutes=1)
+    seconds = [0] * 60
+    seconds[30] = 12
+    DecisionPeak.objects.create(
+        minute=at.replace(second=0),
+        tenant="initech",
+        route="search",
+        count=12,
+        peak=12,
+        seconds=seconds,
+    )
+    # When automation asks why initech got a 429 at that second
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = product_api.get(
+        f"/api/v1/explain?tenant=initech&route=search&at={stamp}&limit=tenant-s"
+    ).json()
+    # Then the version then in force, the rejecting limit, and what would have admitted it
+    rejection = body["rejection"]
+    assert rejection["version"] == 1
+    assert rejection["requests"] == 12
+    (verdict,) = rejection["verdicts"]
+    assert verdict["rejected"] is True
+    assert verdict["words"] == "5 requests per second per account, bursts of 10"
+    assert (verdict["allowed_then"], verdict["burst_needed"]) == (10, 12)
+    assert body["policy"]["limits"][0]["public_name"] == "Rate limit per account"
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("tenant=initech&route=search&at=yesterday", "at"),
+        ("route=search&at=2026-12-03T14:03:07Z", "tenant"),
+        ("tenant=initech&route=search&at=2000-01-01T00:00:00Z", "at"),
+    ],
+)
+def test_explain__bad_time_or_no_tenant__400_naming_the_field(
+    product_api, rules, query, field
+):
+    _publish(product_api)
+    response = product_api.get(f"/api/v1/explain?{query}")
+    assert response.status_code == 400
+    assert field in response.content.decode()
