@@ -10,7 +10,6 @@ memory (anchors and aliases, whose expansion grows tenfold per line: the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -47,28 +46,40 @@ class LineProblem:
         return f"{name}:{self.line}: {dotted(self.path)}: {self.message}"
 
 
-@dataclass(frozen=True)
+@dataclass
 class YamlData:
-    """A parsed file: its data, and the line where each path starts."""
+    """A parsed file: its data, and the line where each path starts.
+
+    Only the lines of the first two levels (a section, a tenant, a policy) are kept
+    while reading, so a large file costs little more than its data; the line of a
+    deeper member is found by reading the text again, which only a problem needs.
+    """
 
     data: Any
     lines: dict[Path, int]
     problems: list[LineProblem]
+    text: str | None = None
 
     def line_of(self, path: Path) -> int:
         """The line of ``path``, or of its nearest ancestor the file has."""
+        if len(path) > _KEPT_DEPTH and path not in self.lines and self.text:
+            self.lines = _Events(self.text, depth=None).read()[1]
+            self.text = None
         while path and path not in self.lines:
             path = path[:-1]
         return self.lines.get(path, 1)
 
 
+#: How deep ``yaml_read`` records lines: the file, its sections, their documents.
+_KEPT_DEPTH = 2
+
+
 def yaml_read(text: str) -> YamlData:
-    """Parse ``text``; syntax errors and repeated keys come back as problems."""
+    """Parse ``text``; syntax errors, repeated keys, anchors and aliases come back as
+    problems, at their line."""
     try:
-        node, data = _parse(text)
-        lines: dict[Path, int] = {}
-        problems = list(_walk(node, (), lines)) if node is not None else []
-        return YamlData(_plain(data), lines, problems)
+        data, lines, problems = _Events(text, depth=_KEPT_DEPTH).read()
+        return YamlData(data, lines, problems, text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -80,67 +91,114 @@ def yaml_read(text: str) -> YamlData:
     return YamlData(None, {}, [LineProblem(line, (), message)])
 
 
-class _NoAliasLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """PyYAML's safe loader, refusing anchors and aliases before composing them.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MAP, _SEQ = (
+    "tag:yaml.org,2002:map",
+    "tag:yaml.org,2002:seq",
+)  # libyaml when built with it
+_NO_ALIASES = "anchors and aliases (&name, *name) are not allowed in a rules file"
 
-    A rules file never needs them, and an alias is expanded into a copy of what it
-    names on construction, so nested aliases grow without limit.
-    """
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+class _Events:
+    """Builds plain data from the parser's events, one at a time: no node graph
+    (PyYAML's composer holds the whole file twice over), the lines of paths down to
+    ``depth`` (None: all), keys given twice and anchors refused as they come.
+
+    An anchor or alias is refused before anything is built from it: an alias is
+    expanded into a copy of what it names on construction, so nested aliases grow
+    without limit (the "billion laughs")."""
+
+    def __init__(self, text: str, *, depth: int | None) -> None:
+        self.loader = _Loader(text)
+        self.depth = depth
+        self.lines: dict[Path, int] = {}
+        self.problems: list[LineProblem] = []
+
+    def read(self) -> tuple[Any, dict[Path, int], list[LineProblem]]:
+        loader = self.loader
+        try:
+            loader.get_event()  # stream start
+            if loader.check_event(yaml.StreamEndEvent):
+                return None, self.lines, self.problems
+            loader.get_event()  # document start
+            data = self._value(())
+            loader.get_event()  # document end
+            if not loader.check_event(yaml.StreamEndEvent):
+                event = loader.peek_event()
+                raise yaml.composer.ComposerError(
+                    "expected a single document in the stream",
+                    None,
+                    "but found another document",
+                    event.start_mark,
+                )
+            return data, self.lines, self.problems
+        finally:
+            loader.dispose()
+
+    def _value(self, path: Path, *, key: bool = False) -> Any:
+        event = self.loader.get_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                "anchors and aliases (&name, *name) are not allowed in a rules file",
-                event.start_mark,
+            raise yaml.composer.ComposerError(None, None, _NO_ALIASES, event.start_mark)
+        if not key and (self.depth is None or len(path) <= self.depth):
+            self.lines.setdefault(path, event.start_mark.line + 1)
+        if isinstance(event, yaml.ScalarEvent):
+            return self._scalar(event)
+        if event.tag not in (None, "!", _MAP, _SEQ):  # !!set, !!omap, !!python/...
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the tag {event.tag!r} is not allowed", event.start_mark
             )
-        return super().compose_node(parent, index)
+        if key:
+            raise yaml.composer.ComposerError(
+                None, None, "a key must be a plain value", event.start_mark
+            )
+        if isinstance(event, yaml.SequenceStartEvent):
+            items = []
+            while not self.loader.check_event(yaml.SequenceEndEvent):
+                items.append(self._value((*path, len(items))))
+            self.loader.get_event()
+            return items
+        return self._mapping(path)
 
-
-def _parse(text: str) -> tuple[Any, Any]:
-    loader = _NoAliasLoader(text)
-    try:
-        node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
-    finally:
-        loader.dispose()
-
-
-def _walk(node: Any, path: Path, lines: dict[Path, int]) -> Iterator[LineProblem]:
-    """Record the line of every path under ``node``; yield keys given twice."""
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
+    def _mapping(self, path: Path) -> dict:
+        found: dict[Any, Any] = {}
         seen: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value
-            line = key_node.start_mark.line + 1
+        while not self.loader.check_event(yaml.MappingEndEvent):
+            line = self.loader.peek_event().start_mark.line + 1
+            key = self._value(path, key=True)
+            key = key if isinstance(key, str) else str(key)
+            member = (*path, key)
+            if key not in seen and (self.depth is None or len(member) <= self.depth):
+                self.lines[member] = line
+            value = self._value(member)
             if key in seen:
-                shown = ".".join(map(str, (*path, key)))
-                yield LineProblem(
-                    line,
-                    (*path, key),
-                    f"{shown} is given twice (first on line {seen[key]})",
+                shown = ".".join(map(str, member))
+                self.problems.append(
+                    LineProblem(
+                        line,
+                        member,
+                        f"{shown} is given twice (first on line {seen[key]})",
+                    )
                 )
                 continue
             seen[key] = line
-            lines[(*path, key)] = line
-            yield from _walk(value_node, (*path, key), lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            lines[(*path, index)] = item.start_mark.line + 1
-            yield from _walk(item, (*path, index), lines)
+            found[key] = value
+        self.loader.get_event()
+        return found
+
+    def _scalar(self, event: yaml.ScalarEvent) -> Any:
+        """The value of a scalar as PyYAML's safe loader makes it, then JSON's: an
+        unquoted time becomes the string it was."""
+        loader = self.loader
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+        node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+        construct = loader.yaml_constructors.get(tag, loader.yaml_constructors[None])
+        return _plain(construct(loader, node))  # not construct_object: it caches nodes
 
 
 def _plain(data: Any) -> Any:
-    """YAML's own types made JSON's: an unquoted time becomes the string it was."""
-    if isinstance(data, dict):
-        return {
-            str(k) if not isinstance(k, str) else k: _plain(v) for k, v in data.items()
-        }
-    if isinstance(data, list):
-        return [_plain(v) for v in data]
+    """A scalar of YAML's own types made JSON's."""
     if isinstance(data, datetime):
         if data.tzinfo is None:
             return data.isoformat()

@@ -15,13 +15,15 @@
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from limits.ascode.yamlfile import YamlData, rules_yaml, yaml_read
+from limits.ascode.yamlfile import YamlData, rules_yaml_write, yaml_read
 from limits.changes.publishing import Published, change_request_publish
 from limits.changes.services import (
     EditsInvalid,
@@ -47,18 +49,22 @@ from limits.versions.selectors import snapshot_get_active, snapshot_rules
 from sluice.yamlread import LineProblem, dotted
 
 __all__ = [
+    "SHOWN",
     "Applied",
     "FileDiff",
     "FileProblem",
     "RulesFile",
     "RulesFileInvalid",
     "rules_export",
+    "rules_export_write",
     "rules_file_apply",
     "rules_file_diff",
     "rules_file_read",
 ]
 
 Path = tuple[str | int, ...]
+#: Changes a diff in words shows by default; the counts per kind cover them all.
+SHOWN = 50
 _SECTIONS = {"tier": "tiers", "tenant": "tenants", "route": "routes"}
 
 
@@ -95,12 +101,19 @@ class RulesFile:
 
 def rules_export() -> str:
     """The active version as a rules file; ValidationError before the first publish."""
+    out = io.StringIO()
+    rules_export_write(out.write)
+    return out.getvalue()
+
+
+def rules_export_write(write: Callable[[str], Any]) -> None:
+    """:func:`rules_export`, written piece by piece to ``write`` (a file, a response)."""
     row = snapshot_get_active()
     if row is None:
         raise ValidationError(
             "Nothing is published yet: publish a first version (manage.py publish)."
         )
-    return rules_yaml(documents_of_rules(snapshot_rules(row)))
+    rules_yaml_write(documents_of_rules(snapshot_rules(row)), write)
 
 
 def rules_file_read(text: str, *, name: str = "rules.yaml") -> RulesFile:
@@ -181,29 +194,59 @@ class FileDiff:
     def equal(self) -> bool:
         return not self.edits
 
-    def text(self) -> str:
-        """The changes in words, each with whom it reaches, then the tenants reached."""
-        against = f"version {self.version} (active)" if self.version else "no version"
-        if self.equal:
-            return f"The file matches {against}.\n"
-        lines = [
-            f"The file differs from {against}: {len(self.edits)} object(s) change."
-        ]
+    def lines(self) -> Iterator[tuple[str, str]]:
+        """(kind, words) of every change, then of every object changed only in
+        what gateways do not see (a name, a reason); a change's line is followed by
+        whom it reaches (kind "reaches")."""
         told = set()
         for change in self.diff.changes:
             told.add((change.subject, change.key))
-            lines.append(f"  {change.kind.value:<8} {change.text}")
-            lines.append(f"           reaches: {_reach(change.affected)}")
+            yield change.kind.value, change.text
+            yield "reaches", _reach(change.affected)
         for edit in self.edits:
             if (edit.subject, edit.key) not in told:
+                yield "changed", f"{edit.subject} {edit.key}: {_metadata(edit)}"
+
+    def counts(self) -> dict[str, int]:
+        """How many objects change, per kind of change: ``{"new": 30, ...}``."""
+        counts: dict[str, int] = {}
+        for kind, _ in self.lines():
+            if kind != "reaches":
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+    def text(self, *, limit: int | None = SHOWN) -> str:
+        """The changes in words, each with whom it reaches, then the tenants reached;
+        past ``limit`` changes (None: no limit), counts per kind and the first ones."""
+        against = f"version {self.version} (active)" if self.version else "no version"
+        if self.equal:
+            return f"The file matches {against}.\n"
+        counts = self.counts()
+        said = ", ".join(f"{n:,} {kind}" for kind, n in sorted(counts.items()))
+        lines = [
+            f"The file differs from {against}: {len(self.edits):,} object(s) change "
+            f"({said})."
+        ]
+        shown = 0
+        for kind, words in self.lines():
+            if kind != "reaches":
+                shown += 1
+            if limit is not None and shown > limit:
                 lines.append(
-                    f"  {'changed':<8} {edit.subject} {edit.key}: {_metadata(edit)}"
+                    f"  ... and {sum(counts.values()) - limit:,} more: the first "
+                    f"{limit} are shown (rules diff --full shows all of them)."
                 )
+                break
+            lines.append(
+                f"           reaches: {words}"
+                if kind == "reaches"
+                else f"  {kind:<8} {words}"
+            )
         tenants = self.diff.affected_tenants
-        shown = ", ".join(tenants[:50]) + (
-            f" and {len(tenants) - 50} more" if len(tenants) > 50 else ""
+        listed = ", ".join(tenants[:50]) + (
+            f" and {len(tenants) - 50:,} more" if len(tenants) > 50 else ""
         )
-        lines.append(f"Tenants reached ({len(tenants)}): {shown or 'none'}.")
+        lines.append(f"Tenants reached ({len(tenants):,}): {listed or 'none'}.")
         if self.diff.lowers:
             lines.append(
                 "Some client gets less than before: the notice period applies."
@@ -224,6 +267,7 @@ class FileDiff:
                 for e in self.edits
             ],
             "changes": self.diff.to_json(),
+            "counts": self.counts(),
             "text": self.text(),
         }
 

@@ -3,15 +3,16 @@
 :func:`rules_yaml` writes a rule set's documents in one fixed order and layout
 (mappings by slug, limits one per line, defaults left out), so the same rules
 give the same bytes on every machine and a change reads as a small diff in git.
-:func:`yaml_read` (``sluice.yamlread``, shared with the client's
-``sluice.rules_from_file``) parses a file and returns its data with the line of
-every path in it, and refuses what YAML would silently accept (a key given twice)
-and what would let a few bytes cost a worker seconds and memory (anchors and
-aliases, whose expansion grows tenfold per line: the "billion laughs").
+:func:`yaml_read` (:mod:`sluice.yamlread`, the client's, so that a file gets the
+same errors at the same lines wherever it is read) parses a file and returns its
+data with the line of every path in it.
 """
 
 from __future__ import annotations
 
+import io
+import itertools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import yaml
@@ -25,13 +26,22 @@ from limits.rules.documents import (
 from limits.rules.schema import FORMAT
 from sluice.yamlread import LineProblem, YamlData, yaml_read
 
-__all__ = ["HEADER", "LineProblem", "YamlData", "rules_yaml", "yaml_read"]
+__all__ = [
+    "HEADER",
+    "LineProblem",
+    "YamlData",
+    "rules_yaml",
+    "rules_yaml_write",
+    "yaml_read",
+]
 
 HEADER = (
     "# Sluice rate-limit rules (format: docs/rules-as-code.md, schema:\n"
     "# docs/rules.schema.json). Review a change with `manage.py rules diff FILE`,\n"
     "# propose it with `manage.py rules apply FILE`.\n"
 )
+
+Path = tuple[str | int, ...]
 
 
 class _FlowMap(dict):
@@ -42,8 +52,9 @@ class _FlowList(list):
     """A list written on one line: ``[GET, HEAD]``."""
 
 
-class _Dumper(yaml.SafeDumper):
-    """PyYAML's safe dumper, with one-line limits and lists of words."""
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """PyYAML's safe dumper (libyaml's when built with it), with one-line limits and
+    lists of words."""
 
 
 _Dumper.add_representer(
@@ -59,25 +70,50 @@ _Dumper.add_representer(
     ),
 )
 
+#: Documents dumped at a time: the text is written in pieces of this many, so
+#: memory does not grow with the file.
+_CHUNK = 2000
+
 
 def rules_yaml(docs: RuleDocuments) -> str:
     """The rules file of ``docs``: the same documents always give the same text."""
-    data = {
-        "format": FORMAT,
-        "tiers": {
-            slug: _tier(doc)
-            for slug, doc in sorted(
-                docs.tiers.items(), key=lambda item: (item[1]["position"], item[0])
-            )
-        },
-        "tenants": {slug: _tenant(docs.tenants[slug]) for slug in sorted(docs.tenants)},
-        "routes": {slug: _route(docs.routes[slug]) for slug in sorted(docs.routes)},
-        "policies": [
-            _policy(docs.policies[key])
-            for key in sorted(docs.policies, key=_policy_order)
-        ],
-    }
-    body = yaml.dump(
+    out = io.StringIO()
+    rules_yaml_write(docs, out.write)
+    return out.getvalue()
+
+
+def rules_yaml_write(docs: RuleDocuments, write: Callable[[str], Any]) -> None:
+    """Write the rules file of ``docs`` piece by piece to ``write``.
+
+    Each section is dumped in chunks, each chunk as the only member of its section
+    with the section's line cut off: an emitter indents by nesting only, so the
+    pieces are the bytes one dump of the whole file gives.
+    """
+    write(HEADER)
+    write(_dump({"format": FORMAT}))
+    tiers = sorted(docs.tiers.items(), key=lambda item: (item[1]["position"], item[0]))
+    _section(write, "tiers", ((slug, _tier(doc)) for slug, doc in tiers))
+    tenants = ((slug, _tenant(docs.tenants[slug])) for slug in sorted(docs.tenants))
+    _section(write, "tenants", tenants)
+    routes = ((slug, _route(docs.routes[slug])) for slug in sorted(docs.routes))
+    _section(write, "routes", routes)
+    keys = sorted(docs.policies, key=_policy_order)
+    _section(write, "policies", (_policy(docs.policies[key]) for key in keys))
+
+
+def _section(write: Callable[[str], Any], name: str, items: Iterable[Any]) -> None:
+    wrote, items = False, iter(items)
+    while chunk := list(itertools.islice(items, _CHUNK)):
+        body = dict(chunk) if name != "policies" else list(chunk)
+        text = _dump({name: body})
+        write(text if not wrote else text[text.index("\n") + 1 :])
+        wrote = True
+    if not wrote:
+        write(_dump({name: {} if name != "policies" else []}))
+
+
+def _dump(data: dict) -> str:
+    return yaml.dump(
         data,
         Dumper=_Dumper,
         sort_keys=False,
@@ -85,7 +121,6 @@ def rules_yaml(docs: RuleDocuments) -> str:
         default_flow_style=False,
         width=10**6,
     )
-    return HEADER + body
 
 
 def _policy_order(key: str) -> tuple:

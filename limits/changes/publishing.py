@@ -25,18 +25,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from limits.changes.permissions import approvals_counted, require_may_publish
-from limits.changes.services import edits_of, serialize_change_request
+from limits.changes.services import (
+    edits_known,
+    edits_of,
+    serialize_change_request,
+)
 from limits.choices import Role
 from limits.core.audit import Actor, audited_save
 from limits.core.chain import chain_lock
 from limits.core.roles import require_role
-from limits.diff.diffing import EMPTY_RULES, rules_diff
+from limits.diff.diffing import EMPTY_RULES
 from limits.models import ChangeRequest, ChangeRequestState, Snapshot
 from limits.publishing.approval import ApprovalRequired, approval_reasons
 from limits.publishing.services import (
@@ -52,6 +57,7 @@ from limits.rules.records import documents_write
 from limits.versions.selectors import snapshot_rules
 from sluice import snapshot
 from sluice.parsing import parse_concurrency, parse_limit
+from sluice.validation import policy_ref
 
 __all__ = [
     "ChangeConflict",
@@ -167,8 +173,9 @@ def conflicts_with(
     """The edits whose object ``rules`` (of ``version``) hold otherwise than the edit's
     ``before``; else a route of the edits colliding with one of ``rules``."""
     found: list[Conflict | RouteClash] = []
+    policies = {policy_ref(p): p for p in rules.policies}
     for edit in edits:
-        there = value_in(rules, edit.subject, edit.key)
+        there = value_in(rules, edit.subject, edit.key, policies=policies)
         if there != rules_value(edit.subject, edit.before, edit.key):
             found.append(Conflict(edit, version, there))
     if found or not any(edit.subject == "route" for edit in edits):
@@ -224,6 +231,7 @@ def change_request_publish(
         raise ValidationError(
             f"Change request #{request.pk} is {request.state} already."
         )
+    edits_known(request, seen=change_request)
     edits = edits_of(request)
     if not edits:
         raise ValidationError("This change request has no edits.")
@@ -243,8 +251,6 @@ def change_request_publish(
     if conflicts:
         raise ChangeConflict(conflicts)
     rules = rules_with(base, edits)
-    if target is not None:  # a first version limits what had no limits: no one to ask
-        _require_approved(request, rules_diff(base, rules, at=effective))
     version, carried = None, []
     if rules.digest() != base.digest():
         version = snapshot_store(
@@ -255,6 +261,9 @@ def change_request_publish(
             note=note,
             emergency_reason=emergency_reason,
             keep_scheduled=True,
+            # the diff it computes anyway (a first version limits what had no
+            # limits: no one to ask)
+            check=partial(_require_approved, request),
         )
         carried = [_carry(row, edits, actor, request) for row in later]
     reason = f"change request #{request.pk}: {request.title}"

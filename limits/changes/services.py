@@ -10,6 +10,8 @@ Publishing is ``limits.changes.publishing``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +23,7 @@ from limits.changes.notify import change_request_notify_on_commit
 from limits.changes.permissions import require_may_approve, require_may_propose
 from limits.choices import AuditAction, Role
 from limits.core.audit import Actor, audit_record, audited_save, serialize_for_audit
+from limits.core.bulk import rows_copy
 from limits.core.chain import chain_lock
 from limits.core.roles import require_role, user_role
 from limits.diff.diffing import EMPTY_RULES, rules_diff
@@ -34,11 +37,12 @@ from limits.models import (
 )
 from limits.rules.checks import DocumentProblem, document_problems, rules_problems
 from limits.rules.documents import (
+    SUBJECTS,
     Document,
     Edit,
-    document_in,
     document_key,
     document_normalize,
+    documents_in,
     documents_of_rules,
     documents_of_tables,
     policy_document,
@@ -62,6 +66,8 @@ __all__ = [
     "change_request_submit",
     "change_request_update",
     "change_request_withdraw",
+    "edits_digest",
+    "edits_known",
     "edits_of",
     "serialize_change_request",
 ]
@@ -104,9 +110,21 @@ def active_base() -> tuple[Snapshot | None, Rules]:
 def edits_of(change_request: ChangeRequest) -> list[Edit]:
     """The stored edits of a request, as value types."""
     return [
-        Edit(row.subject, row.key, row.before, row.after)
-        for row in change_request.edits.order_by("id")
+        Edit(doc["subject"], doc["key"], doc["before"], doc["after"])
+        for doc in _edit_documents(change_request)
     ]
+
+
+def edits_known(row: ChangeRequest, *, seen: ChangeRequest) -> None:
+    """Let ``row`` (the request just locked) reuse the edits ``seen`` (the caller's
+    copy of it) has read or written, when it is at the same revision: a request of
+    100,000 edits is not read back in the transaction that wrote it."""
+    cached = getattr(seen, "_edit_documents", None)
+    if cached is not None and (seen.pk, seen.edit_revision) == (
+        row.pk,
+        row.edit_revision,
+    ):
+        row._edit_documents = cached  # type: ignore[attr-defined]
 
 
 def _prepared(
@@ -131,13 +149,14 @@ def _prepared(
     raw: dict[tuple[str, str], Document | None] = {
         k: e.after for k, e in merged.items()
     }
+    held = documents_in(base, [(p.subject, key) for p, key in keyed if _known(p)])
     for index, (proposal, key) in enumerate(keyed):
-        found = _problems(proposal, key, base)
+        found = _problems(proposal, key, held)
         if found:
             problems += [(index, problem) for problem in found]
             continue
         earlier = merged.get((proposal.subject, key))
-        before = earlier.before if earlier else document_in(base, proposal.subject, key)
+        before = earlier.before if earlier else held[(proposal.subject, key)]
         after = (
             document_normalize(proposal.subject, proposal.after)
             if proposal.after is not None
@@ -161,13 +180,19 @@ def _key_of(proposal: Proposal) -> str:
         return ""  # the schema check names what is missing
 
 
-def _problems(proposal: Proposal, key: str, base: Rules) -> list[DocumentProblem]:
-    if proposal.subject not in ("tier", "tenant", "route", "policy"):
+def _known(proposal: Proposal) -> bool:
+    return proposal.subject in SUBJECTS
+
+
+def _problems(
+    proposal: Proposal, key: str, held: dict[tuple[str, str], Document | None]
+) -> list[DocumentProblem]:
+    if not _known(proposal):
         return [DocumentProblem(proposal.subject, key, (), "unknown kind of object")]
     if not key:
         return [DocumentProblem(proposal.subject, key, (), "give the object's key")]
     if proposal.after is None:
-        if document_in(base, proposal.subject, key) is None:
+        if held[(proposal.subject, key)] is None:
             message = "nothing to remove: the active version has no such object"
             return [DocumentProblem(proposal.subject, key, (), message)]
         return []
@@ -198,15 +223,52 @@ def _base_policies(base: Rules) -> dict[tuple[str, str], Document]:
     return {("policy", policy_ref(p)): policy_document(p) for p in base.policies}
 
 
+#: A request's audit entries list its edits up to this many; every entry has the
+#: digest of all of them (``edits_digest``), which the stored edits can be checked
+#: against, so a file of 100,000 tenants is one entry of a few hundred bytes.
+AUDITED_EDITS = 100
+
+
 def serialize_change_request(change_request: ChangeRequest) -> dict:
-    """The audited state of a request: its fields and edits (not the cached diff)."""
-    data = serialize_for_audit(change_request)
-    data.pop("summary", None)
-    data["edits"] = [
-        {"subject": e.subject, "key": e.key, "before": e.before, "after": e.after}
-        for e in change_request.edits.order_by("id")
-    ]
+    """The audited state of a request: its fields, the number and digest of its edits,
+    and the edits themselves when there are at most ``AUDITED_EDITS`` (not the
+    cached diff)."""
+    data = serialize_for_audit(change_request, leave_out=("summary",))
+    edits = _edit_documents(change_request)
+    data["edits_count"] = len(edits)
+    data["edits_digest"] = edits_digest(edits)
+    if len(edits) <= AUDITED_EDITS:
+        data["edits"] = edits
     return data
+
+
+def edits_digest(edits: Sequence[Document]) -> str:
+    """SHA-256 of the edits, each as canonical JSON (sorted keys, no spaces) on a
+    line of its own, in the request's order: what a whole change is, in 64 digits."""
+    digest = hashlib.sha256()
+    for edit in edits:
+        line = json.dumps(
+            edit, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        digest.update(line.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _edit_documents(change_request: ChangeRequest) -> list[Document]:
+    """The request's edits as documents, read once per request object (``_write``
+    keeps them up to date): a request of 100,000 edits is audited several times."""
+    cached = getattr(change_request, "_edit_documents", None)
+    if cached is None:
+        rows = change_request.edits.order_by("id").values_list(
+            "subject", "key", "before", "after"
+        )
+        cached = [_edit_document(*row) for row in rows]
+        change_request._edit_documents = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _edit_document(subject, key, before, after) -> Document:
+    return {"subject": subject, "key": key, "before": before, "after": after}
 
 
 def _summarize(change_request: ChangeRequest, edits: Sequence[Edit]) -> None:
@@ -223,16 +285,14 @@ def _write(change_request: ChangeRequest, edits: Sequence[Edit]):
     def write() -> None:
         change_request.save()
         change_request.edits.all().delete()
-        ChangeEdit.objects.bulk_create(
-            ChangeEdit(
-                change_request=change_request,
-                subject=e.subject,
-                key=e.key,
-                before=e.before,
-                after=e.after,
-            )
-            for e in edits
+        rows_copy(
+            ChangeEdit,
+            ("change_request", "subject", "key", "before", "after"),
+            ((change_request.pk, e.subject, e.key, e.before, e.after) for e in edits),
         )
+        change_request._edit_documents = [  # type: ignore[attr-defined]
+            _edit_document(e.subject, e.key, e.before, e.after) for e in edits
+        ]
 
     return write
 

@@ -119,11 +119,14 @@ def _trusted_proxies(proxies: tuple[str, ...]) -> TrustedProxies:
     return TrustedProxies(proxies)
 
 
-def serialize_for_audit(obj: models.Model) -> dict[str, Any]:
-    """The object's fields as JSON values; relations by slug; a policy with its limits."""
+def serialize_for_audit(
+    obj: models.Model, *, leave_out: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The object's fields as JSON values; relations by slug; a policy with its limits;
+    without the fields ``leave_out`` names (a cache, say, that is no one's change)."""
     data: dict[str, Any] = {}
     for field in obj._meta.concrete_fields:
-        if field.name in ("created_at", "updated_at"):
+        if field.name in ("created_at", "updated_at", *leave_out):
             continue
         if field.is_relation:
             related = getattr(obj, field.name)

@@ -39,12 +39,14 @@ __all__ = [
     "document_in",
     "document_key",
     "document_normalize",
+    "documents_in",
     "documents_of_rules",
     "documents_of_tables",
     "limit_document",
     "limit_value",
     "parse_time",
     "policy_document",
+    "policy_reasons",
     "policy_row",
     "policy_value",
     "row_document",
@@ -336,7 +338,7 @@ def documents_of_rules(
     tiers = rows(models.Tier, "tiers")
     tenants = rows(models.Tenant, "tenants")
     routes = rows(models.Route, "routes")
-    reasons = _policy_reasons() if rules.policies else {}
+    reasons = policy_reasons() if rules.policies else {}
     docs = RuleDocuments()
     for slug, name in rules.tiers.items():
         row = tiers.get(slug)
@@ -388,6 +390,35 @@ def document_in(rules: snapshot.Rules, subject: str, key: str) -> Document | Non
     return docs.of(subject)[key]
 
 
+def documents_in(
+    rules: snapshot.Rules, keys: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], Document | None]:
+    """:func:`document_in` for many objects at once, (subject, key) -> document:
+    one pass over ``rules`` and a query per table, however many objects."""
+    wanted: dict[str, set[str]] = {subject: set() for subject in SUBJECTS}
+    for subject, key in keys:
+        wanted[subject].add(key)
+    if not any(wanted.values()):
+        return {}
+    some = snapshot.Rules(
+        tiers={k: v for k, v in rules.tiers.items() if k in wanted["tier"]},
+        tenants={k: v for k, v in rules.tenants.items() if k in wanted["tenant"]},
+        routes={k: v for k, v in rules.routes.items() if k in wanted["route"]},
+        policies=tuple(p for p in rules.policies if policy_ref(p) in wanted["policy"]),
+    )
+    only = {
+        "tiers": sorted(wanted["tier"]),
+        "tenants": sorted(wanted["tenant"]),
+        "routes": sorted(wanted["route"]),
+    }
+    docs = documents_of_rules(some, only=only)
+    return {
+        (subject, key): docs.of(subject).get(key)
+        for subject in SUBJECTS
+        for key in wanted[subject]
+    }
+
+
 def policy_row(key: str) -> models.Policy | None:
     """The policy row of a document key (``tier:free/search``, ``~`` for an override)."""
     override = key.endswith("~")
@@ -407,7 +438,8 @@ def policy_row(key: str) -> models.Policy | None:
     return rows.first()
 
 
-def _policy_reasons() -> dict[str, str]:
+def policy_reasons() -> dict[str, str]:
+    """The reason of every policy of the rule tables, by document key."""
     rows = models.Policy.objects.select_related("tier", "tenant", "route")
     return {
         f"{row.scope_key}/{row.route_key}{'~' if row.expires_at else ''}": row.reason
@@ -443,9 +475,16 @@ def rules_value(subject: str, doc: Mapping[str, Any] | None, key: str = "") -> A
     return policy_value(doc).to_json()
 
 
-def value_in(rules: snapshot.Rules, subject: str, key: str) -> Any:
+def value_in(
+    rules: snapshot.Rules,
+    subject: str,
+    key: str,
+    *,
+    policies: Mapping[str, snapshot.Policy] | None = None,
+) -> Any:
     """What ``rules`` hold for the object ``key`` of ``subject``, in :func:`rules_value`'s
-    form (None when absent)."""
+    form (None when absent); ``policies``: ``rules``' policies by key, for a caller
+    asking about many (a lookup instead of a pass over them all)."""
     if subject == "tier":
         return rules.tiers.get(key)
     if subject == "tenant":
@@ -453,7 +492,10 @@ def value_in(rules: snapshot.Rules, subject: str, key: str) -> Any:
     if subject == "route":
         route = rules.routes.get(key)
         return route.to_json() if route else None
-    policy = next((p for p in rules.policies if policy_ref(p) == key), None)
+    if policies is not None:
+        policy = policies.get(key)
+    else:
+        policy = next((p for p in rules.policies if policy_ref(p) == key), None)
     return policy.to_json() if policy else None
 
 

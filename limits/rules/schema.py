@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 
 from sluice.quota import (
@@ -263,11 +264,23 @@ def _validator(definition: str | None) -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
+@functools.lru_cache(maxsize=8)
+def _fast_validator(definition: str | None) -> Any:
+    return jsonschema_rs.validator_for(_validator(definition).schema)
+
+
 def schema_errors(
     data: Any, *, definition: str | None = None
 ) -> Iterator[tuple[tuple[str | int, ...], str]]:
     """(path, message) for every way ``data`` breaks the schema: the whole file, or
-    one document of ``definition`` ("tier", "tenant", "route", "policy")."""
+    one document of ``definition`` ("tier", "tenant", "route", "policy").
+
+    A file of 100,000 tenants takes jsonschema a minute; jsonschema-rs says in a
+    second whether there is anything to tell, and jsonschema, whose messages and
+    paths these are, tells it (it is never laxer: its regular expressions' ``$``
+    matches before a final newline, which jsonschema-rs's refuses)."""
+    if _fast_validator(definition).is_valid(data):
+        return
     errors = _validator(definition).iter_errors(data)
     for error in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path]):
         path = tuple(error.absolute_path)

@@ -16,7 +16,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from limits.ascode.services import (
-    rules_export,
+    SHOWN,
+    FileDiff,
+    rules_export_write,
     rules_file_apply,
     rules_file_diff,
     rules_file_read,
@@ -73,6 +75,16 @@ class Command(BaseCommand):
             "apply", help="Open (and publish) a change request from a file."
         )
         apply.add_argument("file", help="A rules file, or - for standard input.")
+        for told in (diff, apply):
+            told.add_argument(
+                "--full",
+                action="store_true",
+                help=f"Show every change (by default the first {SHOWN} and counts).",
+            )
+            told.add_argument(
+                "--changes-file",
+                help="Also write every change, in words, to this file.",
+            )
         apply.add_argument("--title", default="", help="The change request's title.")
         apply.add_argument("--reason", default="", help="Why: for reviewers.")
         apply.add_argument(
@@ -111,16 +123,22 @@ class Command(BaseCommand):
         return rules_file_read(text, name=path.name)
 
     def _export(self, *, output=None, **_):
-        text = rules_export()
         if output:
-            Path(output).write_text(text, encoding="utf-8")
+            with open(output, "w", encoding="utf-8") as out:
+                rules_export_write(out.write)
             self.stderr.write(f"Wrote the active rules to {output}.")
         else:
-            self.stdout.write(text, ending="")
+            rules_export_write(lambda text: self.stdout.write(text, ending=""))
 
-    def _diff(self, *, file, **_):
+    def _tell(self, found: FileDiff, *, full: bool, changes_file: str | None) -> None:
+        self.stdout.write(found.text(limit=None if full else SHOWN), ending="")
+        if changes_file:
+            Path(changes_file).write_text(found.text(limit=None), encoding="utf-8")
+            self.stderr.write(f"Wrote every change to {changes_file}.")
+
+    def _diff(self, *, file, full=False, changes_file=None, **_):
         found = rules_file_diff(self._read(file))
-        self.stdout.write(found.text(), ending="")
+        self._tell(found, full=full, changes_file=changes_file)
         if not found.equal:
             sys.exit(DIFFERS)
 
@@ -136,7 +154,9 @@ class Command(BaseCommand):
             note=options["note"],
             emergency_reason=options["emergency_reason"],
         )
-        self.stdout.write(done.diff.text(), ending="")
+        self._tell(
+            done.diff, full=options["full"], changes_file=options["changes_file"]
+        )
         request = done.change_request
         if request is None:
             self.stdout.write("Nothing to apply.")
