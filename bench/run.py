@@ -8,6 +8,7 @@ process and collects what it prints into ``var/bench/report.md``:
    against bare redis-py and alisaifee/limits in a gateway's environment
    (``bench/peers.py``, in ``var/bench/peers-venv``);
 2. scale of rules (``bench/scale.py``): 100k tenants, publish, load, resolve;
+   rules as code at that scale (``bench/rules_ascode.py``): export, diff, apply;
 3. the impact estimate of a lowering reaching 1,000 tenants on 7 days of traffic
    (``bench/impact.py``); then snapshot polling (``bench/polling.py``) against
    gunicorn, on the rules of step 2;
@@ -76,6 +77,13 @@ def parts(redis_url: str) -> list[Part]:
             ("-m", "bench.scale"),
             ("--tenants", "10000", "--overrides", "2000", "--ops", "5000"),
             timeout=540,
+            django=True,
+        ),
+        Part(
+            "Rules as code at scale",
+            ("-m", "bench.rules_ascode"),
+            ("--tenants", "10000", "--overrides", "2000"),
+            timeout=1800,
             django=True,
         ),
         Part(

@@ -299,6 +299,9 @@ SLUICE_STATS_PRUNE_INTERVAL = env_int("SLUICE_STATS_PRUNE_INTERVAL", 3600)
 SLUICE_APPROVAL_LOWERING = env_bool("SLUICE_APPROVAL_LOWERING", True)
 #: A change request that reaches more than this many tenants needs that approval too.
 SLUICE_APPROVAL_TENANTS = env_int("SLUICE_APPROVAL_TENANTS", 25)
+#: Whether new tenants count towards that reach. Off: onboarding (tenants added,
+#: with their own policies) that lowers no one needs no second person.
+SLUICE_APPROVAL_NEW_TENANTS = env_bool("SLUICE_APPROVAL_NEW_TENANTS", False)
 #: The longest a temporary override may last, in days from when it is set.
 SLUICE_OVERRIDE_MAX_DAYS = env_int("SLUICE_OVERRIDE_MAX_DAYS", 90)
 #: Reminders to an override's author and to support, this long before it expires.

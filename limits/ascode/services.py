@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from limits.ascode.yamlfile import YamlData, rules_yaml_write, yaml_read
 from limits.changes.publishing import Published, change_request_publish
@@ -320,6 +321,7 @@ class Applied:
     not_published: str = ""
 
 
+@transaction.atomic
 def rules_file_apply(
     rules_file: RulesFile,
     *,
@@ -333,7 +335,8 @@ def rules_file_apply(
 ) -> Applied:
     """Open a change request of what ``rules_file`` changes; with ``publish``, publish
     it. The request stays open when publishing is refused (approval, notice), with
-    the reason in ``not_published``."""
+    the reason in ``not_published``. One transaction: an apply interrupted (killed,
+    a lost connection) leaves nothing, not even the request."""
     found = rules_file_diff(rules_file)
     if found.equal:
         return Applied(found)

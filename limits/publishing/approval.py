@@ -3,6 +3,9 @@
 A change that lowers anyone's limits (``SLUICE_APPROVAL_LOWERING``, on by
 default), or that reaches more than ``SLUICE_APPROVAL_TENANTS`` tenants
 (25 by default), needs the approval of a product person other than its author.
+Tenants the change adds count towards that reach only with
+``SLUICE_APPROVAL_NEW_TENANTS``: onboarding lowers no one (a lowering of theirs,
+or anyone's, is held by the first rule).
 Change requests collect that approval (``limits.changes``); a person publishing
 the working copy directly cannot, so such a publish is refused and points to a
 change request instead. The system (management commands, Celery) and rollbacks
@@ -37,7 +40,12 @@ def approval_reasons(diff: RulesDiff) -> list[str]:
     reasons = []
     if settings.SLUICE_APPROVAL_LOWERING and diff.lowers:
         reasons.append("it lowers limits")
-    most, reached = int(settings.SLUICE_APPROVAL_TENANTS), len(diff.affected_tenants)
+    reached_by = set(diff.affected_tenants)
+    if not settings.SLUICE_APPROVAL_NEW_TENANTS:
+        reached_by -= {
+            c.key for c in diff.changes if c.subject == "tenant" and c.kind == "new"
+        }
+    most, reached = int(settings.SLUICE_APPROVAL_TENANTS), len(reached_by)
     if reached > most:
         plural = "" if reached == 1 else "s"
         reasons.append(f"it reaches {reached} tenant{plural} (more than {most})")

@@ -212,6 +212,30 @@ def test_reach__more_than_n_tenants__needs_approval(rules, active, product, sett
         change_request_publish(change_request=request, actor=_actor(product))
 
 
+@pytest.mark.parametrize(
+    ("count_new", "needs_approval"), [(False, False), (True, True)]
+)
+def test_reach__onboarding_tenants__counts_only_when_the_setting_says(
+    rules, active, product, settings, count_new, needs_approval
+):
+    settings.SLUICE_APPROVAL_TENANTS = 2
+    settings.SLUICE_APPROVAL_NEW_TENANTS = count_new
+    # Given 3 new tenants (more than 2) on tier pro: no one's limits go down
+    proposals = [
+        Proposal("tenant", f"new-{n}", {"name": f"New {n}", "tier": "pro"})
+        for n in range(3)
+    ]
+    request = change_request_open(actor=_actor(product), proposals=proposals)
+    # When product publishes it without a second person
+    if needs_approval:
+        with pytest.raises(ApprovalRequired, match=r"reaches 3 tenants"):
+            change_request_publish(change_request=request, actor=_actor(product))
+        return
+    # Then onboarding needs no approval by default
+    published = change_request_publish(change_request=request, actor=_actor(product))
+    assert published.version is not None
+
+
 def test_support__publishes_own_override__not_product_requests_nor_tier_policies(
     rules, active, support, product
 ):
