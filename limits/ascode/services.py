@@ -109,7 +109,7 @@ def rules_export() -> str:
 
 def rules_export_write(write: Callable[[str], Any]) -> None:
     """:func:`rules_export`, written piece by piece to ``write`` (a file, a response)."""
-    row = snapshot_get_active()
+    row = snapshot_get_active(light=True)  # not its stored diff: 10 MB of JSON
     if row is None:
         raise ValidationError(
             "Nothing is published yet: publish a first version (manage.py publish)."

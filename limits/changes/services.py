@@ -103,7 +103,7 @@ def _said(index: int | None, problem: DocumentProblem) -> str:
 
 def active_base() -> tuple[Snapshot | None, Rules]:
     """The active version and its rules (empty rules before the first publish)."""
-    row = snapshot_get_active()
+    row = snapshot_get_active(light=True)  # its content is read once if needed
     return row, (snapshot_rules(row) if row else EMPTY_RULES)
 
 
