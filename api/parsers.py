@@ -1,4 +1,5 @@
-"""The API's one request parser: JSON, bounded in size and depth, free of NUL characters.
+"""The API's request parsers: JSON, bounded in size and depth, free of NUL characters;
+and, for the rules-as-code endpoints, a rules file sent as it is (``application/yaml``).
 
 Python's ``json`` follows nesting as deep as the body goes (a ``[`` x 5000 body
 was a ``RecursionError``, a 500), reads as much as a client sends, and accepts
@@ -13,12 +14,12 @@ from typing import Any
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.utils import json
 
 from .exceptions import BodyTooLarge
 
-__all__ = ["BoundedJSONParser", "json_problem"]
+__all__ = ["BoundedJSONParser", "RulesFileParser", "json_problem"]
 
 
 class BoundedJSONParser(JSONParser):
@@ -44,6 +45,32 @@ class BoundedJSONParser(JSONParser):
         if problem:
             raise ParseError(problem)
         return data
+
+
+class RulesFileParser(BaseParser):
+    """A rules file as the body (what ``rules export`` gives): the view's input is
+    ``{"document": <the body>}`` plus the query's parameters (``?publish=true``).
+
+    The YAML itself is read by ``limits.ascode`` like any other rules file (its
+    problems at their line, anchors and aliases refused); here only the size and
+    the encoding are checked."""
+
+    media_type = "application/yaml"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise BodyTooLarge(f"The request body is larger than {limit} bytes.")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"A rules file is UTF-8 text: {exc}") from None
+        if "\x00" in text:
+            raise ParseError("Text with a NUL character (\\u0000) is refused.")
+        request = (parser_context or {}).get("request")
+        query = request.query_params.dict() if request is not None else {}
+        return {**query, "document": text}
 
 
 def _too_deep() -> str:

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.filters import StrictFilterSet
+from api.parsers import BoundedJSONParser, RulesFileParser
 from api.permissions import AnyRole
 from api.serializers.changes import (
     ChangeRequestInSerializer,
@@ -311,9 +312,13 @@ class RulesExportView(APIView):
 
 
 class RulesDiffView(APIView):
-    """What a rules file changes in the active version: in words, with whom it reaches."""
+    """What a rules file changes in the active version: in words, with whom it reaches.
+
+    The body is JSON (``{"document": ...}``) or the file itself (``application/yaml``,
+    its name in ``?name=``)."""
 
     permission_classes = [AnyRole]
+    parser_classes = [BoundedJSONParser, RulesFileParser]
 
     @extend_schema(
         operation_id="rules_diff",
@@ -327,9 +332,13 @@ class RulesDiffView(APIView):
 
 
 class RulesApplyView(APIView):
-    """Open a change request of what a rules file changes; publish it on request."""
+    """Open a change request of what a rules file changes; publish it on request.
+
+    The body is JSON, or the file itself (``application/yaml``) with the other
+    members as query parameters (``?publish=true&title=...``)."""
 
     support_may_write = True
+    parser_classes = [BoundedJSONParser, RulesFileParser]
 
     @extend_schema(
         operation_id="rules_apply",

@@ -275,3 +275,48 @@ def test_two_requests_claim_one_route__second_shown_conflicting_publish_refused(
     assert refused["Content-Type"].startswith("application/problem+json")
     assert "GET /v1/reports" in refused.content.decode()
     assert client.get(f"{B}/rules/export").content.decode().count("/v1/reports") == 1
+
+
+def test_rules_diff_and_apply__yaml_body__read_like_the_json_document(
+    api, active, product_user, settings
+):
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 0
+    api.as_user(product_user)
+    text = api.get(f"{B}/rules/export").content.decode()
+    # Given the export posted as it is, with YAML's media type
+    same = api.post(f"{B}/rules/diff", text, content_type="application/yaml")
+    # Then it is read like {"document": ...}: the file matches
+    assert (same.status_code, same.json()["equal"]) == (200, True), same.content
+    # And a bad line is named the same way, with ?name= for the file's name
+    bad = text.replace("tier: pro", "tier: [pro", 1)
+    refused = api.post(
+        f"{B}/rules/diff?name=ci.yaml", bad, content_type="application/yaml"
+    )
+    assert refused.status_code == 400
+    (message,) = refused.json()["fields"]["document"]
+    as_json = api.post(
+        f"{B}/rules/diff", {"document": bad, "name": "ci.yaml"}, format="json"
+    )
+    assert as_json.json()["fields"]["document"] == [message]
+    line = int(message.split(":")[1])
+    assert message.startswith(f"ci.yaml:{line}: (the file): not valid YAML")
+    # And aliases stay refused
+    laughs = api.post(
+        f"{B}/rules/apply", BILLION_LAUGHS, content_type="application/yaml"
+    )
+    assert laughs.status_code == 400
+    assert "anchors and aliases" in laughs.json()["fields"]["document"][0]
+    # When a new tenant is applied with ?publish=true
+    added = text.replace(
+        "\nroutes:\n", "\n  hooli:\n    name: Hooli\n    tier: free\nroutes:\n", 1
+    )
+    applied = api.post(
+        f"{B}/rules/apply?publish=true&title=Onboard+Hooli",
+        added,
+        content_type="application/yaml",
+    )
+    # Then it is opened and published like the JSON request
+    assert applied.status_code == 201, applied.content
+    body = applied.json()
+    assert body["change_request"]["title"] == "Onboard Hooli"
+    assert body["published_version"] == active.version + 1
