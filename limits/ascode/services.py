@@ -25,7 +25,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from limits.ascode.yamlfile import YamlData, rules_yaml_write, yaml_read
-from limits.changes.publishing import Published, change_request_publish
+from limits.changes.publishing import (
+    Published,
+    change_request_publish,
+    conflicts_with,
+)
 from limits.changes.services import (
     EditsInvalid,
     Proposal,
@@ -46,7 +50,11 @@ from limits.rules.documents import (
     rules_with,
 )
 from limits.rules.schema import schema_errors
-from limits.versions.selectors import snapshot_get_active, snapshot_rules
+from limits.versions.selectors import (
+    snapshot_get_active,
+    snapshot_rules,
+    snapshot_scheduled,
+)
 from sluice.yamlread import LineProblem, dotted
 
 __all__ = [
@@ -54,6 +62,7 @@ __all__ = [
     "Applied",
     "FileDiff",
     "FileProblem",
+    "Pending",
     "RulesFile",
     "RulesFileInvalid",
     "rules_export",
@@ -183,13 +192,36 @@ def _set_problems(rules_file: RulesFile) -> list[FileProblem]:
 
 
 @dataclass(frozen=True)
+class Pending:
+    """A version scheduled to take effect later, and what the file's edits would
+    conflict with in it (publishing the file carries its edits into that version,
+    which it refuses where the version changes the same objects)."""
+
+    version: int
+    effective_at: datetime
+    message: str
+    conflicts: tuple[str, ...]  #: in words; empty: the file can be applied now
+
+    def text(self) -> str:
+        when = f"{self.effective_at:%Y-%m-%d %H:%M} UTC"
+        head = f"Version {self.version} is scheduled for {when} ({self.message})"
+        if not self.conflicts:
+            return f"{head}: the file changes none of what it changes."
+        return f"{head}; the file conflicts with it:\n" + "\n".join(
+            f"  conflict {c}" for c in self.conflicts
+        )
+
+
+@dataclass(frozen=True)
 class FileDiff:
     """A rules file against the active version: every object that differs (``edits``,
-    including what only the rule tables hold) and the rules' diff in words."""
+    including what only the rule tables hold), the rules' diff in words, and the
+    versions scheduled to take effect later (``pending``)."""
 
     version: int | None
     diff: RulesDiff
     edits: list[Edit]
+    pending: tuple[Pending, ...] = ()
 
     @property
     def equal(self) -> bool:
@@ -220,8 +252,9 @@ class FileDiff:
         """The changes in words, each with whom it reaches, then the tenants reached;
         past ``limit`` changes (None: no limit), counts per kind and the first ones."""
         against = f"version {self.version} (active)" if self.version else "no version"
+        later = "".join(f"{p.text()}\n" for p in self.pending)
         if self.equal:
-            return f"The file matches {against}.\n"
+            return f"The file matches {against}.\n{later}"
         counts = self.counts()
         said = ", ".join(f"{n:,} {kind}" for kind, n in sorted(counts.items()))
         lines = [
@@ -252,7 +285,7 @@ class FileDiff:
             lines.append(
                 "Some client gets less than before: the notice period applies."
             )
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + later
 
     def to_json(self) -> dict:
         return {
@@ -269,6 +302,15 @@ class FileDiff:
             ],
             "changes": self.diff.to_json(),
             "counts": self.counts(),
+            "pending": [
+                {
+                    "version": p.version,
+                    "effective_at": p.effective_at.isoformat(),
+                    "message": p.message,
+                    "conflicts": list(p.conflicts),
+                }
+                for p in self.pending
+            ],
             "text": self.text(),
         }
 
@@ -307,7 +349,20 @@ def rules_file_diff(rules_file: RulesFile) -> FileDiff:
     row, base = active_base()
     edits = documents_of_rules(base).edits_to(rules_file.documents)
     diff = rules_diff(base, rules_with(base, edits))
-    return FileDiff(row.version if row else None, diff, edits)
+    return FileDiff(row.version if row else None, diff, edits, _pending(edits))
+
+
+def _pending(edits: list[Edit]) -> tuple[Pending, ...]:
+    """Each scheduled version, with the file's edits it would conflict with."""
+    return tuple(
+        Pending(
+            row.version,
+            row.effective_at,
+            row.message,
+            tuple(c.text for c in conflicts_with(snapshot_rules(row), edits, row)),
+        )
+        for row in snapshot_scheduled().defer("content_gzip", "diff")
+    )
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,18 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
+from io import StringIO
 
 import psycopg
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from limits.ascode.services import rules_export, rules_file_diff, rules_file_read
 from limits.changes.services import edits_digest
 from limits.core.audit import Actor
-from limits.models import AuditEntry, ChangeRequest, Snapshot, Tenant
+from limits.models import AuditEntry, ChangeRequest, Limit, Snapshot, Tenant
 from limits.publishing.services import snapshot_publish
 from tests.celery_fixtures import broker_url, database_url
 from tests.limits.ascode.test_rules_file import ROOT
@@ -83,7 +86,7 @@ def test_apply__many_new_tenants__one_request_entry_with_the_digest_of_its_edits
     path.write_text(text)
     tenants_audited = AuditEntry.objects.filter(object_type="tenant").count()
     # When it is applied and published
-    call_command("rules", "apply", str(path), "--publish", stdout=open(os.devnull, "w"))
+    call_command("rules", "apply", str(path), "--publish", stdout=StringIO())
     # Then the request's entries carry the count and the digest of its 301 edits,
     # which the stored edits match, rather than the edits themselves
     request = ChangeRequest.objects.get()
@@ -123,8 +126,8 @@ def test_diff__large_change__counts_per_kind_and_the_first_changes(active, tmp_p
             str(path),
             "--changes-file",
             str(listing),
-            stdout=open(os.devnull, "w"),
-            stderr=open(os.devnull, "w"),
+            stdout=StringIO(),
+            stderr=StringIO(),
         )
     assert listing.read_text() == full
 
@@ -192,3 +195,32 @@ def test_apply__killed_with_sigkill_while_writing__database_as_it_was(
         time.sleep(0.1)
     assert apply.returncode == -signal.SIGKILL
     assert counts() == before
+
+
+def test_diff__scheduled_version__shown_with_the_file_s_conflicts(active, rules):
+    # Given a version scheduled for tomorrow that lowers the pro tier on search
+    limit = Limit.objects.get(policy__tier=rules["pro"], policy__route=rules["search"])
+    limit.rate, limit.burst = 40, 80
+    limit.save()
+    scheduled = snapshot_publish(
+        actor=SYSTEM,
+        message="pro search lowered",
+        effective_at=timezone.now() + timedelta(days=1),
+    )
+    exported = rules_export()  # the active version: pro search still at 50
+    # When a file raises the same limit, and another renames a tenant only
+    raised = exported.replace(
+        "rate: 50, period: second, burst: 100", "rate: 60, period: second, burst: 120"
+    )
+    renamed = exported.replace("    name: Initech\n", "    name: Initech Inc\n")
+    both = rules_file_diff(rules_file_read(raised))
+    other = rules_file_diff(rules_file_read(renamed))
+    # Then both diffs show the scheduled version, and only the first a conflict
+    (pending,) = both.pending
+    assert pending.version == scheduled.version
+    assert len(pending.conflicts) == 1
+    assert f"Version {scheduled.version} is scheduled for" in both.text()
+    assert "the file conflicts with it" in both.text()
+    assert "pro search lowered" in both.text()
+    assert other.pending[0].conflicts == ()
+    assert "the file changes none of what it changes" in other.text()
