@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from .decision import Decision, LimitStatus
-from .protocol import DEGRADED
 from .keys import MISSING
+from .protocol import DEGRADED
 from .quota import Dimension, public_description, public_name
 
 __all__ = [

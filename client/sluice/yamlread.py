@@ -152,14 +152,14 @@ class _Events:
                 None, None, "a key must be a plain value", event.start_mark
             )
         if isinstance(event, yaml.SequenceStartEvent):
-            items = []
+            items: list[Any] = []
             while not self.loader.check_event(yaml.SequenceEndEvent):
                 items.append(self._value((*path, len(items))))
             self.loader.get_event()
             return items
         return self._mapping(path)
 
-    def _mapping(self, path: Path) -> dict:
+    def _mapping(self, path: Path) -> dict[Any, Any]:
         found: dict[Any, Any] = {}
         seen: dict[Any, int] = {}
         while not self.loader.check_event(yaml.MappingEndEvent):
