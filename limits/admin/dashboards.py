@@ -8,7 +8,7 @@ list, searchable by tenant. Every role that may view them sees them.
 from datetime import UTC, timedelta
 from urllib.parse import urlencode
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
@@ -179,6 +179,13 @@ class RejectionAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request, extra_context=None):
         given = {k: v for k, v in request.GET.items() if v}
+        for name in TimeRangeFilter.parameters:  # said on the list, not a broken page
+            if name in given and parse_datetime(given[name].strip()) is None:
+                messages.error(
+                    request,
+                    f"{name}: {given.pop(name)!r} is not a time; write it as "
+                    "2026-12-03T14:03:07Z (UTC, to the second).",
+                )
         if len(given) != len(request.GET):  # the form's empty boxes filter nothing
             return redirect(f"{request.path}?{urlencode(given)}")
         tenants = (

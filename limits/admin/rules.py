@@ -11,6 +11,7 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
 from limits.changes.previews import edits_pending_for
 from limits.choices import Role, ScopeKind
@@ -47,7 +48,7 @@ class TierAdmin(AuditedAdmin):
 @admin.register(Tenant)
 class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
     subject = "tenant"
-    list_display = ("slug", "name", "tier", "updated_at")
+    list_display = ("slug", "name", "tier", "in_force_link", "updated_at")
     list_filter = ("tier",)
     search_fields = ("slug", "name", "contact_emails")
     list_select_related = ("tier",)
@@ -90,6 +91,11 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
                 "support_url": reverse("admin:limits_tenant_support", args=[tenant.pk]),
             },
         )
+
+    @admin.display(description="limits in force")
+    def in_force_link(self, tenant):
+        url = reverse("admin:limits_tenant_support", args=[tenant.pk])
+        return format_html('<a href="{}">limits, usage, 429s</a>', url)
 
     def support_view(self, request, object_id):
         """What support reads: the limits gateways enforce now, usage, recent 429s."""

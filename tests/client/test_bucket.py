@@ -95,3 +95,18 @@ def _wait_for_link(primary: redis.Redis) -> None:
         every=0.01,
         why="the replica online",
     )
+
+
+def test_peek__spent_and_absent_buckets__debts_read_and_nothing_charged(redis_client):
+    # Given one bucket that owes 3 s of refill and one that was never charged
+    from sluice.bucket import peek
+
+    (_, _), now = peek(redis_client, ["rl:{t}:a", "rl:{t}:b"])
+    redis_client.set("rl:{t}:a", now + 3_000_000, px=60_000)
+    # When peeked
+    (spent, absent), later = peek(redis_client, ["rl:{t}:a", "rl:{t}:b"])
+    # Then the debts are read on Redis's clock, and no key was written
+    assert 0 < spent <= 3_000_000
+    assert spent == now + 3_000_000 - later
+    assert absent == 0
+    assert redis_client.exists("rl:{t}:b") == 0
