@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from io import StringIO
 
 import pytest
@@ -16,6 +17,7 @@ from limits.core.audit import Actor, audit_record
 from limits.core.auditkeys import AuditKey, audit_keys, parse_audit_keys
 from limits.core.chain import chain_verify
 from limits.core.checkpoints import CheckpointError, checkpoint_take, checkpoints_read
+from limits.core.tasks import audit_checkpoint_task
 from limits.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
@@ -168,3 +170,19 @@ def test_checkpoints_read__unknown_key__refused(checkpoint_file):
     checkpoint_file.write_text(json.dumps(line) + "\n")
     with pytest.raises(CheckpointError, match="unknown key"):
         checkpoints_read(checkpoint_file)
+
+
+def test_audit_checkpoint_task__beat__writes_the_file_and_a_log_line(
+    checkpoint_file, caplog
+):
+    # Given two entries
+    entries = [_record(n) for n in range(2)]
+    # When beat's periodic task runs
+    with caplog.at_level(logging.INFO, logger="sluice.audit"):
+        seen = audit_checkpoint_task()
+    # Then a signed checkpoint of the head is in the file, and on the log for a shipper
+    (checkpoint,) = checkpoints_read(checkpoint_file)
+    assert seen == checkpoint.entry == entries[-1].pk
+    assert (checkpoint.count, checkpoint.head) == (2, entries[-1].hash)
+    logged = [r.getMessage() for r in caplog.records if "audit.checkpoint" in r.msg]
+    assert logged == [f"audit.checkpoint: {checkpoint.to_line()}"]
