@@ -6,6 +6,10 @@ switch time and answers with one comparison. The wire format is in
 ``docs/gateway-protocol.md``::
 
     {"active": {...snapshot...}, "scheduled": [{...snapshot...}, ...]}
+
+Its bytes are signed by the control plane (:mod:`.signing`); :func:`verify_bundle_bytes`
+checks the signature before anything is parsed, and the last-known-good file keeps
+the bytes and the signature so that every read checks it again.
 """
 
 from __future__ import annotations

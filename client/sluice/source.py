@@ -110,9 +110,8 @@ class SnapshotSource:
         #: (a write failed): written again after every poll until it succeeds
         self.unsaved: SignedBundle | None = None
         self._rejected: tuple[int, str] | None = None  #: reported on the next poll
-        self._refused_etag: str | None = (
-            None  #: of the last bundle refused, logged once
-        )
+        #: the ETag of the last bundle refused: logged once, not at every poll
+        self._refused_etag: str | None = None
         self._write_failed = False  #: the last write of cache_path failed
         #: in force, from when, until when (the next switch), bundle
         self._state: tuple[Snapshot, float, float, Bundle]
