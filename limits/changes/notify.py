@@ -111,14 +111,20 @@ def _payload(request: ChangeRequest, event: str, actor: str, comment: str) -> di
 
 
 def change_request_notify(
-    *, change_request_id: int, event: str, actor: str, comment: str = ""
+    *,
+    change_request_id: int,
+    event: str,
+    actor: str,
+    comment: str = "",
+    email: bool = True,
 ) -> dict:
-    """Send the email and the team webhook of ``event``; return what was sent
-    (``{"emailed": [...], "webhook": status or None}``). Raises when the webhook
-    receiver did not take it, so that the task tries again."""
+    """Send the email (unless ``email`` is false: a retry) and the team webhook of
+    ``event``; return what was sent (``{"emailed": [...], "webhook": status or
+    None}``). Raises when the webhook receiver did not take it, so that the task
+    tries again."""
     request = ChangeRequest.objects.select_related("author").get(pk=change_request_id)
     payload = _payload(request, event, actor, comment)
-    recipients = _recipients(request, event, actor)
+    recipients = _recipients(request, event, actor) if email else []
     if recipients:
         send_mail(
             f"[{settings.SLUICE_BRAND}] {payload['text'].split(' <')[0][:150]}",

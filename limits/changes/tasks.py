@@ -16,19 +16,24 @@ def overrides_maintain_task() -> dict[str, int]:
     return overrides_maintain()
 
 
-#: The email goes with the first try; a webhook receiver that is down gets the event
-#: again (the email too: people prefer a duplicate to a miss).
+#: A webhook receiver that is down gets the event again; the email goes with the
+#: first try only.
 @shared_task(
     name=NOTIFY_TASK,
+    bind=True,
     autoretry_for=(RuntimeError,),
     retry_backoff=True,
     retry_backoff_max=600,
     max_retries=5,
 )
 def change_request_notify_task(
-    change_request_id: int, event: str, actor: str, comment: str = ""
+    self, change_request_id: int, event: str, actor: str, comment: str = ""
 ) -> dict:
     """Tell the people concerned, and the team's chat tool, of a change request event."""
     return change_request_notify(
-        change_request_id=change_request_id, event=event, actor=actor, comment=comment
+        change_request_id=change_request_id,
+        event=event,
+        actor=actor,
+        comment=comment,
+        email=self.request.retries == 0,
     )

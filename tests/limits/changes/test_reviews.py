@@ -164,3 +164,33 @@ def test_notify__submitted__reviewers_told_not_the_author(
         change_request_id=lowering.pk, event="change_request.submitted", actor="product"
     )
     assert sent == {"emailed": ["quinn@x.test"], "webhook": None}
+
+
+def test_notify__team_webhook_down__raises_for_a_retry_which_emails_no_one_again(
+    lowering,
+    reviewer,
+    receiver,  # noqa: F811  (the fixture)
+    settings,
+):
+    settings.SLUICE_TEAM_WEBHOOK_URL = receiver.url
+    settings.SLUICE_TEAM_WEBHOOK_SECRET = ""
+    settings.SLUICE_WEBHOOK_ALLOW_PRIVATE = True
+    receiver.statuses = [503]
+    with pytest.raises(RuntimeError, match="503"):
+        change_request_notify(
+            change_request_id=lowering.pk,
+            event="change_request.rejected",
+            actor="quinn",
+            comment="No.",
+        )
+    assert len(mail.outbox) == 1  # the first try emailed the author
+    again = change_request_notify(
+        change_request_id=lowering.pk,
+        event="change_request.rejected",
+        actor="quinn",
+        comment="No.",
+        email=False,
+    )
+    assert again == {"emailed": [], "webhook": 200}
+    assert len(mail.outbox) == 1
+    assert len(receiver.requests) == 2
