@@ -43,7 +43,7 @@ from limits.publishing.approval import approval_reasons
 from limits.traffic.estimate import CAVEATS
 
 from . import reviews
-from .publishing import PublishForm
+from .publishing import PublishForm, form_refusal
 
 __all__ = ["ChangeRequestAdmin"]
 
@@ -281,7 +281,7 @@ class ChangeRequestAdmin(admin.ModelAdmin):
                     **form.cleaned_data,
                 )
             except (ValidationError, PermissionDenied) as exc:
-                _form_errors(form, exc)
+                form_refusal(form, exc)
             else:
                 messages.success(request, _published_words(done))
                 return self._back(row)
@@ -354,17 +354,6 @@ class ChangeRequestAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("approvals")
-
-
-def _form_errors(form: forms.Form, exc: Exception) -> None:
-    """The service's refusal on the form: on the field it names (a notice period on
-    the effective time), else above the form."""
-    fields = getattr(exc, "error_dict", {})
-    if fields and set(fields) <= set(form.fields):
-        form.add_error(None, exc)
-        return
-    for message in getattr(exc, "messages", None) or [str(exc)]:
-        form.add_error(None, message)
 
 
 def _stored_reasons(row: ChangeRequest) -> list[str]:

@@ -42,6 +42,7 @@ __all__ = [
     "PermissionDenied",
     "diff_view",
     "explain_view",
+    "form_refusal",
     "publish_view",
     "rollback_view",
 ]
@@ -160,8 +161,14 @@ def _page(request, template: str, title: str, **context):
     return TemplateResponse(request, f"admin/limits/snapshot/{template}", context)
 
 
-def _refused(form: forms.Form, exc: ValidationError) -> None:
-    for message in exc.messages:
+def form_refusal(form: forms.Form, exc: Exception) -> None:
+    """The service's refusal on the form: on the field it names (a notice period on
+    the effective time), else above the form."""
+    fields = getattr(exc, "error_dict", {})
+    if fields and set(fields) <= set(form.fields):
+        form.add_error(None, exc)
+        return
+    for message in getattr(exc, "messages", None) or [str(exc)]:
         form.add_error(None, message)
 
 
@@ -178,7 +185,7 @@ def publish_view(request):
                 actor=Actor.from_request(request), **form.cleaned_data
             )
         except ValidationError as exc:
-            _refused(form, exc)
+            form_refusal(form, exc)
         else:
             messages.success(request, f"Published version {row.version}.")
             return redirect("admin:limits_snapshot_change", row.pk)
@@ -220,7 +227,7 @@ def diff_view(request):
         try:
             diff = snapshot_diff(old=old, new=new).to_json()
         except ValidationError as exc:
-            _refused(form, exc)
+            form_refusal(form, exc)
     return _page(request, "diff.html", "Compare versions", form=form, diff=diff)
 
 
@@ -246,7 +253,7 @@ def rollback_view(request, version: int):
                 actor=Actor.from_request(request), version=version, **form.cleaned_data
             )
         except ValidationError as exc:
-            _refused(form, exc)
+            form_refusal(form, exc)
         else:
             messages.success(
                 request, f"Version {row.version} restores version {version}."
@@ -292,7 +299,7 @@ def explain_view(request):
                     limit=form.cleaned_data["limit"],
                 )
         except ValidationError as exc:
-            _refused(form, exc)
+            form_refusal(form, exc)
     return _page(
         request,
         "explain.html",

@@ -14,7 +14,7 @@ from limits.models import Snapshot
 from limits.publishing.scheduled import snapshot_cancel, snapshot_reschedule
 
 from .fields import PublicNoteCheck, UtcDateTimeField
-from .publishing import _page, _refused, _require
+from .publishing import _page, _require, form_refusal
 
 __all__ = ["scheduled_view"]
 
@@ -85,7 +85,7 @@ def _apply(request, row: Snapshot, action: str, form: forms.Form) -> Snapshot | 
             actor=actor, version=row.version, **form.cleaned_data
         )
     except ValidationError as exc:
-        _refused(form, exc)
+        form_refusal(form, exc)
         return None
     messages.success(
         request,
