@@ -295,11 +295,32 @@ def _notice_start(
     diff: RulesDiff, published_at: datetime, replaces: models.Snapshot | None
 ) -> datetime:
     """When the notice of ``diff``'s lowerings started: at publishing, or, for a
-    re-issue that lowers nothing its original did not, when that was published."""
-    if replaces is None:
-        return published_at
-    announced = set(RulesDiff.from_json(replaces.diff).lowered())
-    return replaces.published_at if set(diff.lowered()) <= announced else published_at
+    re-issue that lowers nothing its original did not, when the original's notice
+    started (through every re-issue before it, back to the first announcement)."""
+    while replaces is not None:
+        announced = set(RulesDiff.from_json(replaces.diff).lowered())
+        if not set(diff.lowered()) <= announced:
+            return published_at
+        diff, published_at = RulesDiff.from_json(replaces.diff), replaces.published_at
+        replaces = _reissued(replaces)
+    return published_at
+
+
+def _reissued(row: models.Snapshot) -> models.Snapshot | None:
+    """The version ``row`` re-issued (carried on), if any: the one of the same
+    announcement chain it superseded."""
+    first = getattr(row, "announcement", None)
+    if first is None:
+        return None
+    root = first.carries_id
+    if root is None:
+        return None
+    return (
+        models.Snapshot.objects.filter(superseded_by=row.version)
+        .filter(Q(announcement__pk=root) | Q(announcement__carries_id=root))
+        .defer("content", "content_gzip")
+        .first()
+    )
 
 
 def _supersede(

@@ -15,10 +15,11 @@ from limits.changes.publishing import change_request_publish
 from limits.changes.services import change_request_open
 from limits.choices import AuditAction, DeliveryKind
 from limits.core.audit import Actor
+from limits.diff.diffing import RulesDiff
 from limits.models import AuditEntry, Delivery, Limit, Snapshot
 from limits.publishing.notice import NoticePeriodTooShort
 from limits.publishing.scheduled import snapshot_cancel, snapshot_reschedule
-from limits.publishing.services import snapshot_publish
+from limits.publishing.services import _notice_start, snapshot_publish
 from limits.rules.compiling import rules_compile
 from limits.versions.selectors import snapshot_rules
 from tests.limits.announce_fixtures import endpoint_for, lower_pro_search
@@ -178,3 +179,17 @@ def test_reschedule__earlier_than_notice__refused(lowering, publisher):
         )
     lowering.refresh_from_db()
     assert lowering.superseded_at is None  # nothing half-written
+
+
+def test_notice__carried_twice__still_counted_from_the_first_announcement(
+    lowering, support
+):
+    # Given the lowering carried into a version, and that one into another
+    first, head = _carry_two_raises(support)
+    # When the head is re-issued once more (a third publish, days later)
+    later = head.published_at + timedelta(days=3)
+    diff = RulesDiff.from_json(head.diff)
+    # Then its notice started when the lowering was first announced, not when the
+    # version it re-issues was published (that would eat into the notice each time)
+    assert _notice_start(diff, later, head) == lowering.published_at
+    assert _notice_start(diff, later, first) == lowering.published_at
