@@ -3,6 +3,7 @@
 Every write goes through a service of ``limits`` (validated, audited).
 """
 
+from django import forms
 from django.contrib import admin, messages
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -17,10 +18,20 @@ from limits.announcements.tenant_links import (
 from limits.core.audit import Actor
 from limits.models import Announcement
 
+from .fields import PublicNoteCheck
+
+
+class AnnouncementForm(PublicNoteCheck, forms.ModelForm):
+    class Meta:
+        model = Announcement
+        fields = ("note",)
+
 
 @admin.register(Announcement)
 class AnnouncementAdmin(admin.ModelAdmin):
     """The public side of each version; only the note changes, until it takes effect."""
+
+    form = AnnouncementForm
 
     list_display = (
         "version",
@@ -45,10 +56,20 @@ class AnnouncementAdmin(admin.ModelAdmin):
     )
     list_select_related = ("snapshot",)
 
-    def get_readonly_fields(self, request, obj=None):
-        editable = obj is not None and not (
+    @staticmethod
+    def _editable(obj) -> bool:
+        return obj is not None and not (
             obj.snapshot.activated_at or obj.snapshot.superseded_at
         )
+
+    def get_fields(self, request, obj=None):
+        if self._editable(obj) and self.has_change_permission(request, obj):
+            # the box to send a note naming a customer, shown by the form when needed
+            return [*self.fields, "note_names_ok"]
+        return list(self.fields)
+
+    def get_readonly_fields(self, request, obj=None):
+        editable = self._editable(obj)
         return [f for f in self.fields if f != "note" or not editable]
 
     def get_queryset(self, request):

@@ -107,3 +107,37 @@ def test_tenant_admin__issue_link_action__link_shown(client, rules, request, rol
     # Then the link is shown and opens acme's page
     assert "/changelog/tenant/" in _messages(response)
     assert TenantLink.objects.get().tenant == rules["acme"]
+
+
+def test_announcement_note__names_a_tenant__stopped_once_then_saved(
+    client, product, viewer, rules, published
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from limits.core.audit import Actor
+    from limits.publishing.services import snapshot_publish
+
+    lower_pro_search(rules)
+    row = snapshot_publish(
+        actor=Actor.system(),
+        message="Lower",
+        effective_at=timezone.now() + timedelta(days=15),
+    )
+    url = reverse("admin:limits_announcement_change", args=[row.announcement.pk])
+    client.force_login(product)
+    said = {"note": "Initech asked for this."}
+    refused = client.post(url, said)
+    assert refused.status_code == 200
+    assert "names initech (" in refused.content.decode()
+    row.announcement.refresh_from_db()
+    assert row.announcement.note == ""
+    assert client.post(url, {**said, "note_names_ok": "on"}).status_code == 302
+    row.announcement.refresh_from_db()
+    assert row.announcement.note == "Initech asked for this."
+    # And a reader who may not edit sees the page, without the box
+    client.force_login(viewer)
+    page = client.get(url)
+    assert page.status_code == 200
+    assert "note_names_ok" not in page.content.decode()
