@@ -351,3 +351,17 @@ def test_open__nothing_differs__refused(rules, active, product):
             actor=_actor(product),
             proposals=[Proposal("policy", "tier:pro/search", same)],
         )
+
+
+def test_publish__emergency_by_support__refused_nothing_published(
+    rules, active, support
+):
+    # Given support's own override request (support may publish it)
+    request = change_request_open(actor=_actor(support), proposals=[_override()])
+    # When support publishes it as an emergency / Then refused: the product role's call
+    with pytest.raises(PermissionDenied, match="emergency"):
+        change_request_publish(
+            change_request=request, actor=_actor(support), emergency_reason="Now!"
+        )
+    request.refresh_from_db()
+    assert (request.state, Snapshot.objects.count()) == (ChangeRequestState.OPEN, 1)
