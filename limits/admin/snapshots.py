@@ -51,6 +51,7 @@ class SnapshotAdmin(ReadOnlyAdmin):
         "activated_at",
         "superseded_text",
         "hash",
+        "rules_digest_text",
         "sizes",
         "same_content",
         "announced",
@@ -199,6 +200,12 @@ class SnapshotAdmin(ReadOnlyAdmin):
     @admin.display(description="size")
     def sizes(self, row):
         return f"{len(row.content):,} bytes, {len(row.content_gzip):,} gzipped"
+
+    @admin.display(description="rules digest")
+    def rules_digest_text(self, row):
+        """Unlike the hash (which covers the version's number and times), the same on
+        every installation with the same rules: compare staging's with production's."""
+        return row.rules_digest
 
     @admin.display(description="same rules as")
     def same_content(self, row):

@@ -222,6 +222,10 @@ class FileDiff:
     diff: RulesDiff
     edits: list[Edit]
     pending: tuple[Pending, ...] = ()
+    #: the rules digests of the active version and of the file (what gateways would
+    #: get): equal on two installations with the same rules, unlike snapshot hashes
+    active_digest: str | None = None
+    file_digest: str | None = None
 
     @property
     def equal(self) -> bool:
@@ -302,6 +306,8 @@ class FileDiff:
             ],
             "changes": self.diff.to_json(),
             "counts": self.counts(),
+            "active_digest": self.active_digest,
+            "file_digest": self.file_digest,
             "pending": [
                 {
                     "version": p.version,
@@ -348,8 +354,17 @@ def rules_file_diff(rules_file: RulesFile) -> FileDiff:
     """What applying ``rules_file`` would change in the active version."""
     row, base = active_base()
     edits = documents_of_rules(base).edits_to(rules_file.documents)
-    diff = rules_diff(base, rules_with(base, edits))
-    return FileDiff(row.version if row else None, diff, edits, _pending(edits))
+    rules = rules_with(base, edits)
+    diff = rules_diff(base, rules)
+    active = row.rules_digest if row else None
+    return FileDiff(
+        row.version if row else None,
+        diff,
+        edits,
+        _pending(edits),
+        active_digest=active,
+        file_digest=active if row and not diff else rules.digest(),
+    )
 
 
 def _pending(edits: list[Edit]) -> tuple[Pending, ...]:

@@ -8,6 +8,7 @@ a refused change request). ``FILE`` may be ``-`` for standard input.
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 from pathlib import Path
 
@@ -15,9 +16,16 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from limits.ascode.remote import (
+    Remote,
+    RemoteError,
+    remote_rules_apply,
+    remote_rules_diff,
+)
 from limits.ascode.services import (
     SHOWN,
     FileDiff,
+    rules_export,
     rules_export_write,
     rules_file_apply,
     rules_file_diff,
@@ -25,6 +33,7 @@ from limits.ascode.services import (
 )
 from limits.core.audit import Actor
 from limits.management.commands.publish import _moment
+from limits.versions.selectors import snapshot_get_active
 
 #: ``rules diff`` exits with this when the file and the active rules differ.
 DIFFERS = 2
@@ -75,6 +84,29 @@ class Command(BaseCommand):
             "apply", help="Open (and publish) a change request from a file."
         )
         apply.add_argument("file", help="A rules file, or - for standard input.")
+        diff.add_argument(
+            "--against",
+            metavar="URL",
+            help="Diff against another installation's active rules (its API), "
+            "with an API token of it (--token or SLUICE_TARGET_TOKEN).",
+        )
+        promote = commands.add_parser(
+            "promote",
+            help="Apply this installation's active rules to another (staging → "
+            "production) through its API.",
+        )
+        promote.add_argument("--to", required=True, metavar="URL")
+        promote.add_argument("--title", default="", help="The change request's title.")
+        promote.add_argument(
+            "--publish", action="store_true", help="Publish it there once opened."
+        )
+        for remote in (diff, promote):
+            remote.add_argument(
+                "--token",
+                default=None,
+                help="An API token of the other installation (default: "
+                "$SLUICE_TARGET_TOKEN; the environment keeps it out of shell history).",
+            )
         for told in (diff, apply):
             told.add_argument(
                 "--full",
@@ -112,15 +144,19 @@ class Command(BaseCommand):
             messages = getattr(exc, "messages", None) or [str(exc)]
             raise CommandError("\n  ".join(messages)) from None
 
-    def _read(self, name: str):
+    def _text(self, name: str) -> tuple[str, str]:
+        """(the file's text, its name in messages)."""
         if name == "-":
-            return rules_file_read(sys.stdin.read(), name="<stdin>")
+            return sys.stdin.read(), "<stdin>"
         path = Path(name)
         try:
-            text = path.read_text(encoding="utf-8")
+            return path.read_text(encoding="utf-8"), path.name
         except OSError as exc:
             raise CommandError(f"Cannot read {name}: {exc.strerror}.") from None
-        return rules_file_read(text, name=path.name)
+
+    def _read(self, name: str):
+        text, shown = self._text(name)
+        return rules_file_read(text, name=shown)
 
     def _export(self, *, output=None, **_):
         if output:
@@ -136,11 +172,67 @@ class Command(BaseCommand):
             Path(changes_file).write_text(found.text(limit=None), encoding="utf-8")
             self.stderr.write(f"Wrote every change to {changes_file}.")
 
-    def _diff(self, *, file, full=False, changes_file=None, **_):
+    def _remote(self, url: str, token: str | None) -> Remote:
+        token = token or os.environ.get("SLUICE_TARGET_TOKEN", "")
+        if not token:
+            raise CommandError(
+                "Give an API token of the other side: --token or SLUICE_TARGET_TOKEN."
+            )
+        return Remote(url, token)
+
+    def _diff(
+        self, *, file, full=False, changes_file=None, against=None, token=None, **_
+    ):
+        if against:
+            return self._diff_against(file, self._remote(against, token))
         found = rules_file_diff(self._read(file))
         self._tell(found, full=full, changes_file=changes_file)
         if not found.equal:
             sys.exit(DIFFERS)
+
+    def _diff_against(self, file: str, remote: Remote) -> None:
+        text, name = self._text(file)
+        rules_file_read(text, name=name)  # refused here, at its line, before it is sent
+        found = self._call(remote_rules_diff, remote, text=text, name=name)
+        self.stdout.write(found["text"], ending="")
+        self.stdout.write(
+            f"Rules digest: the file {found['file_digest']}, "
+            f"{remote.url} {found['active_digest']}."
+        )
+        if not found["equal"]:
+            sys.exit(DIFFERS)
+
+    def _promote(self, *, to, token=None, title="", publish=False, **_):
+        remote = self._remote(to, token)
+        text = rules_export()
+        digest = snapshot_get_active(light=True).rules_digest
+        done = self._call(
+            remote_rules_apply,
+            remote,
+            text=text,
+            name="promoted.yaml",
+            title=title or "Promote the rules of another installation",
+            publish=publish,
+        )
+        self.stdout.write(done["diff"]["text"], ending="")
+        request = done["change_request"]
+        if request is None:
+            self.stdout.write(f"{to} has these rules already (digest {digest}).")
+            return
+        self.stdout.write(f"Opened change request #{request['id']} on {to}.")
+        if done["not_published"]:
+            raise CommandError(f"Not published on {to}: {done['not_published']}")
+        if done["published_version"] is not None:
+            self.stdout.write(
+                f"Published on {to} as version {done['published_version']}; "
+                f"rules digest {digest} on both sides."
+            )
+
+    def _call(self, call, remote: Remote, **kwargs):
+        try:
+            return call(remote, **kwargs)
+        except RemoteError as exc:
+            raise CommandError(str(exc)) from None
 
     def _apply(self, *, file, user=None, **options):
         rules_file = self._read(file)

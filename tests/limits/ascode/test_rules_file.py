@@ -7,11 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
 import yaml
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 from limits.ascode.services import (
     RulesFileInvalid,
@@ -217,14 +215,18 @@ def test_command__aliases__refused_at_the_first_anchor_before_expanding(
     assert ChangeRequest.objects.count() == 0
 
 
-def _manage(*args: str, db: str, redis) -> subprocess.CompletedProcess:
-    """``manage.py`` as an operator runs it, on database ``db`` and the test's Redis."""
+def _manage(
+    *args: str, db: str, redis, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``manage.py`` as an operator runs it, on database ``db`` and the test's Redis
+    (``env``: more variables)."""
     env = {
         **os.environ,
         "DATABASE_URL": db,
         "REDIS_URL": redis.url,
         "CELERY_BROKER_URL": broker_url(redis),
         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        **(env or {}),
     }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -234,19 +236,6 @@ def _manage(*args: str, db: str, redis) -> subprocess.CompletedProcess:
         text=True,
         timeout=240,  # stops a command that hangs; a loaded machine starts Django slowly
     )
-
-
-@pytest.fixture
-def fresh_database():
-    """An empty database of its own, migrated by the command line like a new install."""
-    name = f"{connection.settings_dict['NAME']}_fresh"
-    url = database_url().rsplit("/", 1)[0]
-    with psycopg.connect(f"{url}/postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"{url}/{name}"
-    with psycopg.connect(f"{url}/postgres", autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.django_db(transaction=True)
