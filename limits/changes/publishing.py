@@ -252,7 +252,8 @@ def change_request_publish(
         raise ChangeConflict(conflicts)
     rules = rules_with(base, edits)
     version, carried = None, []
-    if rules.digest() != base.digest():
+    base_digest = target.rules_digest if target else EMPTY_RULES.digest()
+    if rules.digest() != base_digest:  # the stored digest: no 6 MB to serialize again
         version = snapshot_store(
             actor=actor,
             rules=rules,
