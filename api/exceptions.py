@@ -3,7 +3,7 @@
 Django's and the domain's exceptions are turned into DRF's first, so none of
 them reaches Django as a 500: a validation error is a 400 with ``fields``, a
 row deleted while a request wrote it a 404, a write that lost a race on a
-unique constraint a 409, a body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413,
+unique constraint a 409 (routes claiming one method and path: naming the holder), a body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413,
 and a database that cannot be reached or did not answer in time (Django's
 ``OperationalError`` or ``InterfaceError``) a 503 with ``Retry-After``.
 """
@@ -18,6 +18,7 @@ from rest_framework import exceptions, status
 from rest_framework.views import exception_handler
 
 from limits.core.audit import StaleRevision
+from limits.rules.claims import RouteClaimed
 
 from .etags import etag_for
 from .problems import PROBLEM_CONTENT_TYPE, problem
@@ -51,6 +52,8 @@ class DatabaseUnavailable(exceptions.APIException):
 
 
 def _from_django(exc):
+    if isinstance(exc, RouteClaimed):  # a lost race, not bad input
+        return Conflict("; ".join(exc.messages))
     if isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
             return exceptions.ValidationError(exc.message_dict)

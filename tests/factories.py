@@ -8,6 +8,7 @@ from datetime import timedelta
 import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.db import connection
 from django.utils import timezone
 
 from limits.choices import Dimension, FailureMode, Period, ScopeKind
@@ -43,6 +44,19 @@ class RouteFactory(factory.django.DjangoModelFactory):
     path_pattern = factory.LazyAttribute(lambda route: f"/v1/{route.slug}")
     cost = 1
     failure_mode = FailureMode.OPEN
+
+
+def legacy_route(**fields) -> Route:
+    """A route saved as before the database kept route claims (migration
+    ``route_claims``): it may claim a method and path another route has."""
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE limits_route DISABLE TRIGGER limits_route_claims")
+        try:
+            return RouteFactory(**fields)
+        finally:
+            cursor.execute(
+                "ALTER TABLE limits_route ENABLE TRIGGER limits_route_claims"
+            )
 
 
 class PolicyFactory(factory.django.DjangoModelFactory):

@@ -23,6 +23,7 @@ from .base import RuleModel
 __all__ = [
     "Policy",
     "Route",
+    "RouteClaim",
     "Tenant",
     "Tier",
     "override_expiry_error",
@@ -187,6 +188,37 @@ class Route(RuleModel):
             errors = exc.update_error_dict(errors)
         if errors:
             raise ValidationError(errors)
+
+
+class RouteClaim(models.Model):
+    """One HTTP method and path shape a route claims, so the database itself keeps
+    one route per method and path: two requests saving colliding routes at the same
+    moment cannot both pass, whatever the checks before them saw.
+
+    Rows are written by a trigger on the route table (migration
+    ``route_claims``), never by code: each route's claims are its methods times
+    its pattern with every ``{parameter}`` written ``{}`` (``/v1/orders/{id}`` and
+    ``/v1/orders/{order}`` match the same requests). The unique constraint is
+    deferred, so one transaction may swap two routes' paths; services check it
+    before they return (:func:`limits.rules.claims.route_claims_checked`).
+    """
+
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="claims")
+    method = models.CharField(max_length=7)
+    path_shape = models.CharField(max_length=300)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["method", "path_shape"],
+                name="%(app_label)s_%(class)s_unique_method_path_shape",
+                deferrable=models.Deferrable.DEFERRED,
+                violation_error_message="Another route claims this method and path.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path_shape}"
 
 
 class Policy(RuleModel):

@@ -26,6 +26,7 @@ from django.utils import timezone
 from limits import models
 from limits.core.audit import Actor, audited_delete, audited_save, serialize_for_audit
 from limits.core.bulk import rows_copy
+from limits.rules.claims import route_claims_checked
 from limits.rules.compiling import limit_rows_from_snapshot
 from limits.rules.documents import (
     Edit,
@@ -50,17 +51,20 @@ def documents_write(*, edits: Sequence[Edit], actor: Actor, reason: str) -> None
     order = {"tier": 0, "route": 1, "tenant": 2, "policy": 3}
     saves = sorted((e for e in edits if not e.removes), key=lambda e: order[e.subject])
     removals = sorted((e for e in edits if e.removes), key=lambda e: -order[e.subject])
-    for subject, group in itertools.groupby(saves, key=lambda e: e.subject):
-        new: list[Edit] = []
-        changed: list[Edit] = []
-        for edit in group:
-            (changed if edit.before is not None else new).append(edit)
-        held = _held(subject, [e.key for e in new])  # unpublished rows of the tables
-        _create(subject, [e for e in new if e.key not in held])
-        for edit in changed + [e for e in new if e.key in held]:
-            _save(edit, actor, reason)
-    for edit in removals:
-        _remove(edit, actor, reason)
+    with route_claims_checked():  # routes written meanwhile: RouteClaimed, a 409
+        for subject, group in itertools.groupby(saves, key=lambda e: e.subject):
+            new: list[Edit] = []
+            changed: list[Edit] = []
+            for edit in group:
+                (changed if edit.before is not None else new).append(edit)
+            held = _held(
+                subject, [e.key for e in new]
+            )  # unpublished rows of the tables
+            _create(subject, [e for e in new if e.key not in held])
+            for edit in changed + [e for e in new if e.key in held]:
+                _save(edit, actor, reason)
+        for edit in removals:
+            _remove(edit, actor, reason)
 
 
 #: Rows written per bulk statement.

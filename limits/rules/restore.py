@@ -16,6 +16,7 @@ from limits.core.audit import (
     audited_save,
     serialize_for_audit,
 )
+from limits.rules.claims import route_claims_checked
 from limits.rules.compiling import (
     limit_rows_from_snapshot,
     policy_to_snapshot,
@@ -31,19 +32,21 @@ def working_copy_restore(*, rules: snapshot.Rules, actor: Actor, reason: str) ->
 
     Creates and updates parents before children, deletes children before
     parents. Fields a snapshot does not carry (names of tenants, descriptions,
-    reasons) are kept on existing rows.
+    reasons) are kept on existing rows. A route written meanwhile that claims a
+    restored route's method and path: RouteClaimed, nothing restored.
     """
-    tiers = _restore_tiers(rules, actor, reason)
-    routes = _restore_routes(rules, actor, reason)
-    tenants = _restore_tenants(rules, tiers, actor, reason)
-    _restore_policies(rules, tiers, tenants, routes, actor, reason)
-    for model, keep in (
-        (models.Tenant, rules.tenants),
-        (models.Route, rules.routes),
-        (models.Tier, rules.tiers),
-    ):
-        for row in model.objects.exclude(slug__in=list(keep)):
-            _delete(row, actor, reason)
+    with route_claims_checked():  # checked once the old routes are gone
+        tiers = _restore_tiers(rules, actor, reason)
+        routes = _restore_routes(rules, actor, reason)
+        tenants = _restore_tenants(rules, tiers, actor, reason)
+        _restore_policies(rules, tiers, tenants, routes, actor, reason)
+        for model, keep in (
+            (models.Tenant, rules.tenants),
+            (models.Route, rules.routes),
+            (models.Tier, rules.tiers),
+        ):
+            for row in model.objects.exclude(slug__in=list(keep)):
+                _delete(row, actor, reason)
 
 
 def _restore_tiers(rules, actor, reason) -> dict[str, models.Tier]:

@@ -28,6 +28,7 @@ from limits.core.audit import (
 from limits.core.chain import chain_lock
 from limits.core.roles import can_edit_policy, require_role, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.rules.claims import route_claims_checked
 from limits.rules.compiling import (
     policy_to_snapshot,
     route_table_error,
@@ -60,7 +61,12 @@ def rule_save(
     require_role(actor, Role.PRODUCT, to="change this")
     before = row_lock(obj, expected_revision=expected_revision)
     rule_validate(obj=obj)
-    audited_save(obj, actor=actor, before=before, reason=reason)
+    # A new row took no lock yet: the chain comes before the write (lock order), so a
+    # writer that validated at the same moment finds this route stored when it
+    # writes, and the database refuses its claim (RouteClaimed, a 409).
+    chain_lock()
+    with route_claims_checked():
+        audited_save(obj, actor=actor, before=before, reason=reason)
     return obj
 
 

@@ -27,7 +27,13 @@ from limits.rules.compiling import rules_compile
 from limits.versions.selectors import snapshot_get_active, snapshot_list
 from sluice import Snapshot as SnapshotDocument
 from tests.conftest import default_policy
-from tests.factories import PolicyFactory, RouteFactory, TenantFactory, TierFactory
+from tests.factories import (
+    PolicyFactory,
+    RouteFactory,
+    TenantFactory,
+    TierFactory,
+    legacy_route,
+)
 
 # These tests are about publishing mechanics, not the notice period.
 pytestmark = pytest.mark.usefixtures("no_notice_period", "no_approval_rule")
@@ -116,7 +122,7 @@ def test_snapshot_publish__unchanged_rules__refused_and_nothing_written(
 
 
 def _clash(rules):
-    RouteFactory(slug="search-again", path_pattern="/v1/search", methods=["GET"])
+    legacy_route(slug="search-again", path_pattern="/v1/search", methods=["GET"])
 
 
 def _burst_below_cost(rules):

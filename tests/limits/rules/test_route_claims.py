@@ -9,6 +9,7 @@ from limits.core.audit import Actor
 from limits.models import Route
 from limits.rules.services import rule_save
 from tests.api.conftest import ApiClient
+from tests.factories import legacy_route
 
 pytestmark = pytest.mark.usefixtures("no_notice_period", "no_approval_rule")
 
@@ -79,8 +80,9 @@ def test_admin_route_add__duplicate_method_and_path__field_error(
 
 @pytest.fixture
 def claimed_twice(rules):
-    """A working copy stored before duplicates were refused: two routes on GET /v1/search."""
-    Route.objects.create(slug="search-copy", methods=["GET"], path_pattern="/v1/search")
+    """A working copy stored before duplicates were refused: two routes on GET /v1/search
+    (the claims migration gave the first one the claim, the copy none)."""
+    legacy_route(slug="search-copy", methods=["GET"], path_pattern="/v1/search")
 
 
 @pytest.mark.parametrize(
