@@ -3,13 +3,15 @@
 Django's and the domain's exceptions are turned into DRF's first, so none of
 them reaches Django as a 500: a validation error is a 400 with ``fields``, a
 row deleted while a request wrote it a 404, a write that lost a race on a
-unique constraint a 409 (routes claiming one method and path: naming the holder), a body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413,
-and a database that cannot be reached or did not answer in time (Django's
-``OperationalError`` or ``InterfaceError``) a 503 with ``Retry-After``.
+unique constraint a 409, a body above ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413,
+and a database or Redis that cannot be reached or did not answer in time
+(Django's ``OperationalError`` or ``InterfaceError``, redis-py's
+``ConnectionError`` or ``TimeoutError``) a 503 with ``Retry-After``.
 """
 
 import logging
 
+import redis
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -51,6 +53,11 @@ class DatabaseUnavailable(exceptions.APIException):
     wait = 5  # DRF sends it as Retry-After
 
 
+class StoreUnavailable(DatabaseUnavailable):
+    default_detail = "Redis is unavailable; retry in a few seconds."
+    default_code = "redis_unavailable"
+
+
 def _from_django(exc):
     if isinstance(exc, RouteClaimed):  # a lost race, not bad input
         return Conflict("; ".join(exc.messages))
@@ -69,6 +76,9 @@ def _from_django(exc):
     if isinstance(exc, OperationalError | InterfaceError):
         log.warning("database unavailable: %s: %s", type(exc).__name__, exc)
         return DatabaseUnavailable()
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        log.warning("redis unavailable: %s: %s", type(exc).__name__, exc)
+        return StoreUnavailable()
     if isinstance(exc, RequestDataTooBig):
         return BodyTooLarge(str(exc) or None)
     return exc

@@ -1,12 +1,14 @@
-"""Request-wide middleware of the control plane: the request id, the request log and the input guard."""
+"""Request-wide middleware of the control plane: the request id, the request log, the
+input guard, and the 503 page of a store that is down."""
 
 import logging
 import re
 import time
 import uuid
 
+import redis
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpResponse
 from django.utils.html import escape
 
@@ -141,3 +143,44 @@ def input_refusal(request) -> tuple[int, str, str] | None:
             f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.",
         )
     return None
+
+
+#: Seconds clients are told to wait when a store is down (Retry-After).
+OUTAGE_RETRY_AFTER = 5
+#: What a store that cannot be reached raises: Postgres (Django's wrappers) and Redis.
+OUTAGE_ERRORS = (
+    OperationalError,
+    InterfaceError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
+
+
+class OutageMiddleware:
+    """A page that failed because Postgres or Redis is down answers a plain 503 with
+    ``Retry-After``, not a 500: the admin and the dashboards (the API's own handler
+    answers a problem document the same way, ``api.exceptions``)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, OUTAGE_ERRORS):
+            return None
+        store = "Redis" if isinstance(exception, redis.RedisError) else "The database"
+        request_log.warning(
+            "store unavailable: %s: %s", type(exception).__name__, exception
+        )
+        body = (
+            "<!doctype html><title>Service unavailable</title>"
+            f"<h1>Service unavailable</h1><p>{store} is unavailable; "
+            f"retry in a few seconds.</p><p>Request {escape(getattr(request, 'id', ''))}</p>"
+        )
+        response = HttpResponse(
+            body, status=503, content_type="text/html; charset=utf-8"
+        )
+        response["Retry-After"] = str(OUTAGE_RETRY_AFTER)
+        return response

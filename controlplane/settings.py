@@ -142,6 +142,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # innermost: a view that failed because Postgres or Redis is down answers 503
+    "controlplane.middleware.OutageMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

@@ -4,7 +4,8 @@ The control plane runs in a fresh interpreter whose ``DATABASE_URL`` points at a
 port where nothing listens, or at a listener of the test's own that accepts TCP
 connections and never says a word. It must keep answering: ``/healthz`` 200,
 ``/readyz`` 503 saying Postgres is failing, an API read 503 problem+json with
-``Retry-After``, each well before gunicorn would kill the worker (30 s).
+``Retry-After``, an admin page a plain 503 page with ``Retry-After``, each well
+before gunicorn would kill the worker (30 s).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ for path, extra in (
     ("/healthz", {}),
     ("/readyz?exclude=redis", {}),
     ("/api/v1/tiers", {"HTTP_AUTHORIZATION": "Bearer slu_looked-up-in-a-database-that-is-gone"}),
+    ("/admin/", {"HTTP_COOKIE": "sessionid=a-session-in-the-database"}),
+    ("/admin/limits/tier/", {"HTTP_COOKIE": "sessionid=a-session-in-the-database"}),
 ):
     started = time.monotonic()
     response = client.get(path, **extra)
@@ -48,7 +51,8 @@ for path, extra in (
         "seconds": time.monotonic() - started,
         "type": response["Content-Type"],
         "retry_after": response.get("Retry-After"),
-        "body": json.loads(response.content),
+        "body": json.loads(response.content) if "json" in response["Content-Type"]
+        else response.content.decode(),
     }
 print(json.dumps(found))
 """
@@ -119,6 +123,12 @@ def _assert_still_answering(port: int) -> None:
     assert tiers["body"]["error"] == "database_unavailable"
     assert "database is unavailable" in tiers["body"]["detail"]
     assert int(tiers["retry_after"]) > 0
+    # The admin: a plain 503 page saying so, and when to retry (it was a 500)
+    for page in ("/admin/", "/admin/limits/tier/"):
+        assert found[page]["status"] == 503, found[page]
+        assert found[page]["type"].startswith("text/html")
+        assert "The database is unavailable" in found[page]["body"]
+        assert int(found[page]["retry_after"]) > 0
     for answer in found.values():
         assert answer["seconds"] < WORKER_TIMEOUT / 2
 
