@@ -35,6 +35,7 @@ from limits.changes.permissions import approvals_counted, require_may_publish
 from limits.changes.services import (
     edits_known,
     edits_of,
+    edits_recheck,
     serialize_change_request,
 )
 from limits.choices import Role
@@ -235,6 +236,7 @@ def change_request_publish(
     edits = edits_of(request)
     if not edits:
         raise ValidationError("This change request has no edits.")
+    edits_recheck(edits)
     require_may_publish(actor, request, [(e.subject, e.key) for e in edits])
     if emergency_reason.strip():  # skipping the notice is the product role's call
         require_role(actor, Role.PRODUCT, to="publish as an emergency")

@@ -69,6 +69,7 @@ __all__ = [
     "edits_digest",
     "edits_known",
     "edits_of",
+    "edits_recheck",
     "serialize_change_request",
 ]
 
@@ -99,6 +100,20 @@ class EditsInvalid(ValidationError):
 
 def _said(index: int | None, problem: DocumentProblem) -> str:
     return f"edit {index + 1}, {problem}" if index is not None else str(problem)
+
+
+def edits_recheck(edits: Sequence[Edit]) -> None:
+    """Raise EditsInvalid for a stored edit the rules refuse today: one saved before a
+    bound existed (a rate above 2^31 - 1, which no rule table can hold), so that
+    publishing it names the edit instead of failing in the database."""
+    problems = [
+        (index, problem)
+        for index, edit in enumerate(edits)
+        if edit.after is not None
+        for problem in document_problems(edit.subject, edit.key, edit.after)
+    ]
+    if problems:
+        raise EditsInvalid(problems)
 
 
 def active_base() -> tuple[Snapshot | None, Rules]:

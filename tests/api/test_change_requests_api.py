@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from limits.core.audit import Actor
 from limits.gateways.tokens import token_create
-from limits.models import ApiToken, ChangeRequest
+from limits.models import ApiToken, ChangeEdit, ChangeRequest, Policy, Snapshot
 from limits.publishing.services import snapshot_publish
 from tests.factories import PolicyFactory, UserFactory
 from tests.hostile_input import BILLION_LAUGHS
@@ -221,6 +221,37 @@ def test_create__number_beyond_what_the_database_holds__400_naming_it(
     (message,) = response.json()["fields"]["edits"]["0"][member]
     assert "maximum of 2147483647" in message
     assert not ChangeRequest.objects.exists()
+
+
+def test_publish__stored_before_the_bound__400_naming_the_edit_nothing_written(
+    api, active, support_user
+):
+    # Given an override request stored before rates were bounded: its rate is 2^31
+    api.as_user(support_user)
+    opened = api.post(
+        f"{B}/change-requests",
+        {"edits": [{"object": "policy", "value": _override()}]},
+        format="json",
+    )
+    assert opened.status_code == 201, opened.content
+    edit = ChangeEdit.objects.get(change_request_id=opened.json()["id"])
+    edit.after["limits"][0]["rate"] = 2**31
+    edit.save()
+    # When it is read, then published
+    shown = api.get(f"{B}/change-requests/{opened.json()['id']}")
+    published = api.post(
+        f"{B}/change-requests/{opened.json()['id']}/publish", {}, format="json"
+    )
+    # Then the publish is refused naming the edit and the number, and nothing changed
+    assert shown.status_code == 200, shown.content
+    assert published.status_code == 400, published.content
+    said = str(published.json()["fields"]["edits"])
+    assert "edit 1" in said
+    assert "2147483648 is greater than the maximum of 2147483647" in said
+    assert Snapshot.objects.count() == 1
+    assert not Policy.objects.filter(
+        tenant__slug="initech", route__slug="search", expires_at__isnull=False
+    ).exists()
 
 
 @pytest.mark.parametrize("endpoint", ["diff", "apply"])
