@@ -16,9 +16,25 @@ from typing import Any
 
 import yaml
 
-__all__ = ["LineProblem", "Path", "YamlData", "dotted", "yaml_read"]
+__all__ = [
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "LineProblem",
+    "Path",
+    "YamlData",
+    "dotted",
+    "yaml_read",
+]
 
 Path = tuple[str | int, ...]
+
+#: Characters of a rules file: the rules of 100,000 tenants take about 6 million.
+MAX_CHARS = 32 * 1024 * 1024
+#: Values (mappings, lists, scalars) of a rules file: 100,000 tenants take about 1.5 million.
+MAX_NODES = 8_000_000
+#: Levels of nesting: a rules file has 5 (policies, a policy, limits, a limit, a value).
+MAX_DEPTH = 32
 
 
 def dotted(path: Path) -> str:
@@ -75,8 +91,14 @@ _KEPT_DEPTH = 2
 
 
 def yaml_read(text: str) -> YamlData:
-    """Parse ``text``; syntax errors, repeated keys, anchors and aliases come back as
-    problems, at their line."""
+    """Parse ``text``; syntax errors, repeated keys, anchors and aliases, and a file
+    over the budget (:data:`MAX_CHARS`, :data:`MAX_NODES`, :data:`MAX_DEPTH`) come
+    back as problems, at their line."""
+    if len(text) > MAX_CHARS:
+        message = (
+            f"{len(text):,} characters: a rules file may have at most {MAX_CHARS:,}"
+        )
+        return YamlData(None, {}, [LineProblem(1, (), message)])
     try:
         data, lines, problems = _Events(text, depth=_KEPT_DEPTH).read()
         return YamlData(data, lines, problems, text)
@@ -113,6 +135,7 @@ class _Events:
         self.depth = depth
         self.lines: dict[Path, int] = {}
         self.problems: list[LineProblem] = []
+        self.nodes = 0
 
     def read(self) -> tuple[Any, dict[Path, int], list[LineProblem]]:
         loader = self.loader
@@ -139,6 +162,23 @@ class _Events:
         event = self.loader.get_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.composer.ComposerError(None, None, _NO_ALIASES, event.start_mark)
+        self.nodes += (
+            1  # the budget, checked as the file is read: nothing built past it
+        )
+        if self.nodes > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"more than {MAX_NODES:,} values: too many for a rules file",
+                event.start_mark,
+            )
+        if len(path) >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"nested deeper than {MAX_DEPTH} levels: not a rules file",
+                event.start_mark,
+            )
         if not key and (self.depth is None or len(path) <= self.depth):
             self.lines.setdefault(path, event.start_mark.line + 1)
         if isinstance(event, yaml.ScalarEvent):

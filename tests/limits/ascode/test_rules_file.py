@@ -23,6 +23,7 @@ from limits.models import ChangeRequest, Tenant
 from limits.publishing.services import snapshot_publish
 from limits.rules.schema import schema_json
 from limits.versions.selectors import snapshot_get_active, snapshot_rules
+from sluice import yamlread
 from sluice.rulesfile import RulesFileError, rules_from_yaml
 from sluice.yamlread import dotted
 from tests.celery_fixtures import broker_url, database_url
@@ -213,6 +214,51 @@ def test_command__aliases__refused_at_the_first_anchor_before_expanding(
     line = int(str(error.value).split(":")[1])
     assert "tier: *pro" in path.read_text().splitlines()[line - 1]
     assert ChangeRequest.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # a few hundred bytes nested a thousand levels deep: composed recursively
+        ("tiers: " + "[" * 1000 + "]" * 1000 + "\n", "nested deeper than 32 levels"),
+        (
+            "tiers: " + "{a: " * 40 + "1" + "}" * 40 + "\n",
+            "nested deeper than 32 levels",
+        ),
+    ],
+    ids=["deep_lists", "deep_mappings"],
+)
+def test_command__over_the_depth_budget__refused_at_its_line(
+    active, tmp_path, text, said
+):
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    with pytest.raises(CommandError) as error:
+        call_command("rules", "diff", str(path))
+    assert said in str(error.value)
+    assert str(error.value).startswith("deep.yaml:1: (the file): not valid YAML: ")
+
+
+def test_yaml_read__over_the_size_or_node_budget__one_problem_nothing_parsed(
+    monkeypatch,
+):
+    # Given budgets small enough to reach with a test file (the real ones: see sluice.yamlread)
+    monkeypatch.setattr(yamlread, "MAX_CHARS", 1000)
+    monkeypatch.setattr(yamlread, "MAX_NODES", 50)
+    many = "tenants:\n" + "".join(
+        f"  t{i}: {{name: T, tier: pro}}\n" for i in range(20)
+    )
+    # When files over each are read
+    too_long, too_many = yamlread.yaml_read(" " * 1001), yamlread.yaml_read(many)
+    # Then each is one problem saying which budget, with no data
+    assert too_long.data is None
+    assert [p.message for p in too_long.problems] == [
+        "1,001 characters: a rules file may have at most 1,000"
+    ]
+    assert too_many.data is None
+    (problem,) = too_many.problems
+    assert "more than 50 values: too many for a rules file" in problem.message
+    assert problem.line > 1  # where the budget ran out
 
 
 def _manage(
