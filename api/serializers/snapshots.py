@@ -276,7 +276,9 @@ class FieldChangeSerializer(serializers.Serializer):
 
 class LimitChangeSerializer(serializers.Serializer):
     dimension = serializers.CharField()
-    period = serializers.IntegerField()
+    period = serializers.IntegerField(
+        allow_null=True, help_text="Seconds; null for a concurrency limit."
+    )
     kind = serializers.CharField()
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)

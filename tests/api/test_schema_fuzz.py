@@ -80,3 +80,43 @@ def test_api__generated_requests__no_server_error_and_schema_conformant(
     case.call_and_validate(
         headers={"Authorization": f"Bearer {role_token}"}, checks=CHECKS
     )
+
+
+@pytest.mark.django_db
+def test_snapshot_diff__concurrency_limit_changed__schema_conformant(
+    rules, redis_client, django_user_model, no_notice_period
+):
+    # Given a published policy with a concurrency limit, then its cap lowered in the
+    # working copy (a concurrency limit has no period: null in the diff)
+    from limits.choices import Dimension, LimitKind
+    from limits.models import Limit
+    from limits.publishing.services import snapshot_publish
+
+    Limit.objects.create(
+        policy=rules["pro_search"],
+        kind=LimitKind.CONCURRENT,
+        dimension=Dimension.TENANT,
+        rate=None,
+        period=None,
+        burst=None,
+        max_inflight=3,
+        timeout=60,
+    )
+    snapshot_publish(actor=Actor.system(), message="v1")
+    Limit.objects.filter(kind=LimitKind.CONCURRENT).update(max_inflight=2)
+    admin = django_user_model.objects.create_superuser("diff-admin", "", "x")
+    secret = token_create(token=ApiToken(user=admin, name="d"), actor=Actor.system())
+    # When the diff of the active version and the working copy is read
+    case = schema["/api/v1/snapshots/diff"]["GET"].Case(
+        query={"old": "active", "new": "working"}
+    )
+    response = case.call(headers={"Authorization": f"Bearer {secret}"})
+    # Then it holds the change, and every field is what the schema says
+    assert response.status_code == 200, response.text
+    periods = [
+        limit["period"]
+        for change in response.json()["changes"]
+        for limit in change["limits"]
+    ]
+    assert None in periods
+    case.validate_response(response, checks=CHECKS)
