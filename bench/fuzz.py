@@ -7,7 +7,7 @@ own settings (``DEBUG=0``); loads the demo data (published as version 1);
 issues an API token for ``admin`` (superuser) and ``viewer`` and a gateway
 token; then runs ``schemathesis run`` on ``/api/schema/`` once per role, with
 all phases (examples, coverage, fuzzing, stateful), ``--checks all`` and
-``--max-examples`` (200) per operation. It prints, per role: operations,
+``--max-examples`` (300) per operation. It prints, per role: operations,
 requests, responses 5xx, schema violations (responses whose status, content
 type, headers or body the schema does not document) and the other check
 failures, and exits 1 when there is any 5xx or schema violation.
@@ -162,7 +162,7 @@ def _failure_line(check: str, interaction: dict | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--max-examples", type=int, default=200)
+    parser.add_argument("--max-examples", type=int, default=300)
     parser.add_argument("--phases", default="examples,coverage,fuzzing,stateful")
     parser.add_argument("--roles", default=",".join(ROLES))
     parser.add_argument("--seed", type=int, default=17)
