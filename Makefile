@@ -10,7 +10,7 @@ DEV_ENV := DEBUG=$${DEBUG:-1} SLUICE_WEBHOOK_ALLOW_PRIVATE=$${SLUICE_WEBHOOK_ALL
 # Parallel test workers; the suite waits on Postgres, Redis and subprocesses more than on CPU.
 TEST_WORKERS ?= 4
 
-.PHONY: install setup run test test-suite test-loaded check lint format bench fuzz gateway traffic clean
+.PHONY: install setup run test test-suite test-loaded test-client-matrix check lint format bench fuzz gateway traffic clean
 
 $(VENV)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,13 @@ test-suite: install
 # .ci/loaded), as on a busy CI machine: verdicts must not depend on the machine's speed.
 test-loaded: setup check
 	.ci/loaded $(MAKE) --no-print-directory test-suite
+
+# The client's tests (tests/client and the conformance corpus of the Python client and
+# its memory store) with the oldest and the newest redis-py the client allows, each in a
+# virtualenv of its own under var/matrix/ (needs the package index for redis-py). Not
+# part of `make test`: about 5 minutes on 2 cores. REDIS_PY_VERSIONS="5.0.1 6.4.0" to choose.
+test-client-matrix: install
+	.ci/client-matrix
 
 # The demo gateway: sample backends behind the enforcement client. Its settings
 # (control plane URL, gateway token, Redis...) are SLUICE_* environment variables: see gateway/demo.py.

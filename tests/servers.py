@@ -70,10 +70,12 @@ def free_port() -> int:
 
 @dataclass
 class RedisServer:
-    """A redis-server process on 127.0.0.1 that keeps nothing on disk."""
+    """A redis-server process on 127.0.0.1 that keeps nothing on disk (``binary``: another
+    server that speaks the protocol, such as valkey-server)."""
 
     port: int = field(default_factory=free_port)
     extra: tuple[str, ...] = ()
+    binary: str | None = None
     process: subprocess.Popen | None = None
     workdir: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="sluice-redis-"))
@@ -84,7 +86,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        binary = shutil.which("redis-server")
+        binary = self.binary or shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
                 "redis-server is not installed (Debian: apt-get install redis-server)"

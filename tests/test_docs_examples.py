@@ -1,7 +1,11 @@
-"""The integration examples of docs/gateway-integration.md, run against a live control plane."""
+"""The integration examples of docs/gateway-integration.md: the WSGI and ASGI services
+against a live control plane, and the framework examples' own tests (memory store, no Redis)."""
 
 import asyncio
 import importlib.util
+import os
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
@@ -16,11 +20,13 @@ from tests.celery_fixtures import wait_until
 from tests.conftest import PATIENT_REDIS_TIMEOUT
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
+
+
+def live(test):
+    """A test of a service polling a live control plane."""
+    test = pytest.mark.django_db(transaction=True)(test)
     # the live server's poll path waits for its Redis (tests/conftest.py)
-    pytest.mark.usefixtures("patient_poll_redis"),
-]
+    return pytest.mark.usefixtures("patient_poll_redis")(test)
 
 
 def _load(name: str):
@@ -67,6 +73,7 @@ def _wait_for_rules(app) -> None:
     wait_until(has_rules, every=0.1, why="the example's rules")
 
 
+@live
 def test_wsgi_example__initech_on_free_search__admitted_then_429(wiring):
     # Given the WSGI example, polling the control plane (free search: 5 / s, burst 10 per tenant)
     app = _load("wsgi_service").build(**wiring)
@@ -97,6 +104,7 @@ def test_wsgi_example__initech_on_free_search__admitted_then_429(wiring):
     app.limiter.source.stop()
 
 
+@live
 def test_asgi_example__admitted_with_ratelimit_headers(wiring):
     app = _load("asgi_service").build(**wiring)
     _wait_for_rules(app)
@@ -121,3 +129,29 @@ def test_asgi_example__admitted_with_ratelimit_headers(wiring):
     assert start["status"] == 200
     assert any(name.lower() == b"ratelimit" for name, _ in start["headers"]), start
     app.limiter.source.stop()
+
+
+@pytest.mark.parametrize("framework", ["fastapi", "flask", "aiohttp", "django"])
+def test_framework_example__its_own_tests__pass_on_the_memory_store_without_redis(
+    framework,
+):
+    # Given an example app and its tests, as a team keeps them (docs/examples/)
+    test_file = EXAMPLES / f"test_{framework}_app.py"
+    # When they run on their own: no Redis URL, no control plane, no settings of ours
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS"))
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", test_file.name],
+        cwd=EXAMPLES,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    # Then every one of them passes (none skipped)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " passed" in result.stdout
+    assert "skipped" not in result.stdout
+    assert "failed" not in result.stdout

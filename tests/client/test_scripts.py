@@ -20,11 +20,10 @@ def test_pack_evalsha__keys_and_args__the_bytes_redis_py_sends(redis_server):
     client = connect(redis_server.url, timeout=REDIS_TIMEOUT)
     script = Script(client, ECHO)
     keys, args = ["rl:{tenant:acme}:a", "rl:{tenant:acme}:b"], [b"1", b"20000"]
-    connection = client.connection_pool.get_connection()
+    connection = client.connection_pool.make_connection()  # packs; never connects
     packed = b"".join(
         connection.pack_command("EVALSHA", script._script.sha, 2, *keys, *args)
     )
-    client.connection_pool.release(connection)
     # When the lean path packs it, then it sends exactly those bytes
     assert pack_evalsha(script.head, keys, args) == packed
 
