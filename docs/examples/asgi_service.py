@@ -30,7 +30,7 @@ def build(
     cache_path: str,
     gateway_id: str,
     public_keys: str,  # the control plane's /.well-known/sluice-keys.json, saved
-    redis_timeout: float = 0.005,  # a few ms: past that, the route's failure mode decides
+    redis_timeout: float = 0.05,  # past that, the route's failure mode decides
 ):
     source = SnapshotSource(
         f"{control_plane}/api/v1/snapshot",
