@@ -425,6 +425,7 @@ def rules_file_apply(
             title=title or f"Apply {rules_file.name}",
             reason=reason,
             origin=ChangeOrigin.FILE,
+            diff=(found.version, found.diff),
         )
     except EditsInvalid as exc:
         raise RulesFileInvalid(

@@ -26,7 +26,7 @@ from limits.core.audit import Actor, audit_record, audited_save, serialize_for_a
 from limits.core.bulk import rows_copy
 from limits.core.chain import chain_lock
 from limits.core.roles import require_role, user_role
-from limits.diff.diffing import EMPTY_RULES, rules_diff
+from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
 from limits.models import (
     Approval,
     ChangeEdit,
@@ -286,10 +286,20 @@ def _edit_document(subject, key, before, after) -> Document:
     return {"subject": subject, "key": key, "before": before, "after": after}
 
 
-def _summarize(change_request: ChangeRequest, edits: Sequence[Edit]) -> None:
-    """Store the diff of ``edits`` against the active version on the request."""
+def _summarize(
+    change_request: ChangeRequest,
+    edits: Sequence[Edit],
+    known: tuple[int | None, RulesDiff] | None = None,
+) -> None:
+    """Store the diff of ``edits`` against the active version on the request;
+    ``known``: (version, diff) the caller computed of the same edits, used when that
+    version is still the active one (a rules file's diff: 120,000 changes)."""
     row, base = active_base()
-    diff = rules_diff(base, rules_with(base, edits))
+    version = row.version if row else None
+    if known is not None and known[0] == version:
+        diff = known[1]
+    else:
+        diff = rules_diff(base, rules_with(base, edits))
     change_request.summary = diff.to_json()
     change_request.summary_version = row.version if row else None
     change_request.lowers = diff.lowers
@@ -339,11 +349,13 @@ def change_request_open(
     reason: str = "",
     origin: str = ChangeOrigin.API,
     submit: bool = True,
+    diff: tuple[int | None, RulesDiff] | None = None,
 ) -> ChangeRequest:
     """Open a change request of ``proposals`` on top of the active version; audited.
 
-    Submitted at once unless ``submit`` is false (a draft). Raises EditsInvalid,
-    PermissionDenied, ValidationError when nothing would change.
+    Submitted at once unless ``submit`` is false (a draft). ``diff``: (version, diff)
+    of the proposals the caller computed already (see ``_summarize``). Raises
+    EditsInvalid, PermissionDenied, ValidationError when nothing would change.
     """
     _, base = active_base()
     edits = _prepared(proposals, actor=actor, base=base, whole=submit)
@@ -361,7 +373,7 @@ def change_request_open(
         author_name=actor.username,
         submitted_at=now if submit else None,
     )
-    _summarize(request, edits)
+    _summarize(request, edits, diff if len(edits) == len(proposals) else None)
     audited_save(
         request,
         actor=actor,
