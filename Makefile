@@ -79,7 +79,8 @@ test-loaded: setup check
 # The client's tests (tests/client and the conformance corpus of the Python client and
 # its memory store) with the oldest and the newest redis-py the client allows, each in a
 # virtualenv of its own under var/matrix/ (needs the package index for redis-py). Not
-# part of `make test`: about 5 minutes on 2 cores. REDIS_PY_VERSIONS="5.0.1 6.4.0" to choose.
+# part of `make test`: about 8 minutes on a busy 2-core machine (two runs of tests/client).
+# REDIS_PY_VERSIONS="5.0.1 6.4.0" to choose.
 test-client-matrix: install
 	.ci/client-matrix
 
