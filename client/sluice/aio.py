@@ -14,7 +14,7 @@ import redis.asyncio
 
 from .backlog import Orphan
 from .bucket import (
-    DEFAULT_TIMEOUT,
+    DEFAULT_REDIS_TIMEOUT,
     SCRIPT,
     STORE_ERRORS,
     AsyncTokenBucket,
@@ -55,7 +55,7 @@ class AsyncLimiter(LimiterCore):
         client: redis.asyncio.Redis | redis.asyncio.RedisCluster | str | MemoryStore,
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DEFAULT_REDIS_TIMEOUT,
         pipelining: bool | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         **options: Unpack[CoreOptions],

@@ -24,7 +24,7 @@ from .quota import Limit
 from .scripts import AsyncScript, Client, Script
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
+    "DEFAULT_REDIS_TIMEOUT",
     "SCRIPT",
     "STORE_ERRORS",
     "AsyncTokenBucket",
@@ -48,7 +48,7 @@ _MICROS = 1_000_000
 #: Measured (``bench/redis_timeout.py``, docs/benchmarks.md): on a 2-core machine
 #: beside 2 CPU hogs per core, 2.5-4.3 % of decisions on a healthy local Redis
 #: took over 5 ms and 0.04-0.06 % over 50 ms; quiet, none did.
-DEFAULT_TIMEOUT = 0.05
+DEFAULT_REDIS_TIMEOUT = 0.05
 
 #: What a failed store call raises. A cluster client that cannot reach any node
 #: to refresh its slot map raises RedisClusterException, which is not a RedisError.
@@ -113,7 +113,7 @@ def _no_retry() -> Retry:
 
 
 def connect(
-    url: str, *, timeout: float = DEFAULT_TIMEOUT, cluster: bool = False
+    url: str, *, timeout: float = DEFAULT_REDIS_TIMEOUT, cluster: bool = False
 ) -> Client:
     """Return a client for the limiter: short timeouts, no retries, pooled connections.
 
@@ -137,7 +137,7 @@ def connect(
 def connect_async(
     url: str,
     *,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = DEFAULT_REDIS_TIMEOUT,
     cluster: bool = False,
     max_connections: int = 100,
 ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:

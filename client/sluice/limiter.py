@@ -22,7 +22,7 @@ import redis.asyncio
 
 from .backlog import Backlog, Charge, Charges, Orphans
 from .bucket import (
-    DEFAULT_TIMEOUT,
+    DEFAULT_REDIS_TIMEOUT,
     SCRIPT,
     STORE_ERRORS,
     Client,
@@ -385,7 +385,7 @@ class Limiter(LimiterCore):
         client: Client | str | MemoryStore,
         rules: SnapshotProvider | Snapshot | Bundle,
         *,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DEFAULT_REDIS_TIMEOUT,
         **options: Unpack[CoreOptions],
     ) -> None:
         super().__init__(rules, **options)

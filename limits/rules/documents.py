@@ -28,6 +28,7 @@ from limits import models
 from limits.choices import LimitKind
 from sluice import snapshot
 from sluice.quota import DEFAULT_LEASE_MS, DEFAULT_TIMEOUT
+from sluice.rulesfile import PERIOD_NAMES
 from sluice.validation import policy_ref
 
 __all__ = [
@@ -59,8 +60,8 @@ Document = dict[str, Any]
 
 #: The kinds of rule objects, in the order they are written (parents first).
 SUBJECTS = ("tier", "tenant", "route", "policy")
-#: How files name the periods of ``sluice.snapshot.PERIODS``.
-PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day"}
+#: File period names -> seconds; the names (``PERIOD_NAMES``) are the client's
+#: (``sluice.rulesfile``, which reads the same files without the control plane).
 _PERIODS = {name: seconds for seconds, name in PERIOD_NAMES.items()}
 
 
