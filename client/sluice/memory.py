@@ -178,12 +178,7 @@ class MemoryStore:
                 fits.append(after)
             else:
                 fits.append(None)
-                if kind == "2":
-                    rehearsed = 0
-                elif kind == "3":
-                    admitted = rehearsed = 0
-                elif kind != "1":
-                    admitted = 0
+                admitted, rehearsed = _misfit(kind, admitted, rehearsed)
             debts.append(debt)
         reply = [admitted]
         for i, key in enumerate(keys):
@@ -211,12 +206,7 @@ class MemoryStore:
             fit = want == 0 or granted >= 1
             kind = argv[base + 2]
             if not fit:
-                if kind == "2":
-                    rehearsed = 0
-                elif kind == "3":
-                    admitted = rehearsed = 0
-                elif kind != "1":
-                    admitted = 0
+                admitted, rehearsed = _misfit(kind, admitted, rehearsed)
             debts.append(debt)
             grants.append(max(granted, 0))
             fits.append(fit)
@@ -281,6 +271,18 @@ class MemoryStore:
             tat = min(tat + int(argv[2 * i]), now + 2 * int(argv[2 * i + 1]))
             self._set(key, tat, max(1, math.ceil((tat - now) / 1000)), now)
         return len(keys)
+
+
+def _misfit(kind: str, admitted: int, rehearsed: int) -> tuple[int, int]:
+    """(admitted, rehearsed) once a bucket of ``kind`` did not fit, as both scripts
+    say: "0" enforced, "1" shadow (never rejects), "2" rehearsed only, "3" both."""
+    if kind == "2":
+        return admitted, 0
+    if kind == "3":
+        return 0, 0
+    if kind != "1":
+        return 0, rehearsed
+    return admitted, rehearsed
 
 
 class MemoryScript:
