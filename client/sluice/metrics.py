@@ -277,18 +277,46 @@ class DegradedCounter:
 
     NAME = "sluice_client_degraded_decisions"
     HELP = "Decisions made without Redis, by the failure mode that made them."
+    #: seconds between two ``limiter.degraded`` log lines at the most
+    LOG_EVERY = 60.0
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys((mode.value for mode in FailureMode), 0)
+        self._clock = clock
+        self._logged_at: float | None = None
+        self._unlogged: collections.Counter[str] = collections.Counter()
 
     def add(self, decision: Decision) -> None:
-        """Count ``decision`` if a failure mode made it."""
+        """Count ``decision`` if a failure mode made it, and say so in the log: the
+        first at once, then what came since at most every :attr:`LOG_EVERY` s, so
+        that a gateway's log shows what its dashboards count (a Redis call late by
+        a few ms degrades one decision without opening the circuit, which alone
+        logs ``limiter.store_down``)."""
         mode = decision.failure_mode
         if mode is None or decision.outcome is Outcome.GATEWAY_TIMEOUT:
             return
         with self._lock:  # only degraded decisions pay for it
             self._counts[mode] = self._counts.get(mode, 0) + 1
+            self._unlogged[mode] += 1
+            now = self._clock()
+            if self._logged_at is not None and now - self._logged_at < self.LOG_EVERY:
+                return
+            since = (
+                ""
+                if self._logged_at is None
+                else f" in the last {now - self._logged_at:.0f} s"
+            )
+            counted, self._unlogged = self._unlogged, collections.Counter()
+            self._logged_at = now
+        modes = ", ".join(f"{m} {n}" for m, n in sorted(counted.items()))
+        logger.warning(
+            "limiter.degraded: %d decision(s) by failure mode%s (%s); last: %s",
+            sum(counted.values()),
+            since,
+            modes,
+            decision.error or "Redis not used",
+        )
 
     def counts(self) -> dict[str, int]:
         """Decisions per failure mode so far (every mode, 0 included)."""

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sluice import Limiter, LocalBuckets
 from sluice.headers import error_response, rate_limit_headers
+from sluice.metrics import DegradedCounter
 from tests.client.factories import REDIS_TIMEOUT, limit, policy, rules, snapshot
 from tests.servers import free_port
 
@@ -93,3 +94,32 @@ def test_degraded__redis_answers__nothing_counted_no_field(redis_server, redis_c
     decision = limiter.decide(route="search", tenant="acme")
     assert "Sluice-Degraded" not in dict(rate_limit_headers(decision))
     assert sum(limiter.degraded.counts().values()) == 0
+
+
+def test_degraded__log__the_first_at_once_then_a_summary_a_minute(down, caplog):
+    # Given a gateway whose Redis is down, its log counter on a clock the test moves
+    now = [1000.0]
+    down.degraded = DegradedCounter(clock=lambda: now[0])
+    caplog.set_level("WARNING", logger="sluice.metrics")
+
+    def logged() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.getMessage().startswith("limiter.degraded")
+        ]
+
+    # When its first decisions are degraded
+    down.decide(route="search", tenant="acme")
+    down.decide(route="orders.read", tenant="acme")
+    # Then the first is said at once, the next held for the summary
+    (first,) = logged()
+    assert first.startswith("limiter.degraded: 1 decision(s) by failure mode (open 1)")
+    # When a minute has passed and one more comes
+    now[0] += DegradedCounter.LOG_EVERY
+    down.decide(route="orders.create", tenant="acme")
+    # Then one line says all that came since, by mode
+    assert logged()[1].startswith(
+        "limiter.degraded: 2 decision(s) by failure mode in the last 60 s "
+        "(closed 1, local 1)"
+    )
