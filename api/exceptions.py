@@ -19,6 +19,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler
 
+from limits.changes.publishing import ChangeConflict
 from limits.core.audit import StaleRevision
 from limits.rules.claims import RouteClaimed
 
@@ -87,6 +88,10 @@ def _from_django(exc):
 def sluice_exception_handler(exc, context):
     """DRF's handler, fed Django's exceptions too, with the body a problem document."""
     converted = _from_django(exc)
+    if isinstance(exc, ChangeConflict) and context["request"].method != "GET":
+        # publishing a request the versions published since conflict with; reading
+        # its impact stays a 400 (nothing can be estimated for it)
+        converted = Conflict("; ".join(exc.messages))
     response = exception_handler(converted, context)
     if response is None:
         return None
