@@ -77,7 +77,8 @@ def bench_env(redis_url: str, **extra: str) -> dict[str, str]:
         "DEBUG": "0",
         "SECRET_KEY": "sluice-bench-only-not-a-secret",
         "LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
+        # this checkout's control plane and client, whatever the virtualenv installed
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "client")]),
         **extra,
     }
 
