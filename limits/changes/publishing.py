@@ -227,7 +227,13 @@ def change_request_publish(
     ValidationError for a request that is closed or empty.
     """
     chain_lock()  # before the request's row lock (limits.core.chain: lock order)
-    request = ChangeRequest.objects.select_for_update().get(pk=change_request.pk)
+    # not its summary: the diff's JSON (120,000 changes for a large file) is not
+    # needed here, and a row saved with it deferred does not write it back
+    request = (
+        ChangeRequest.objects.select_for_update()
+        .defer("summary")
+        .get(pk=change_request.pk)
+    )
     if not request.is_live:
         raise ValidationError(
             f"Change request #{request.pk} is {request.state} already."

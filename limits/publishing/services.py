@@ -64,6 +64,8 @@ __all__ = [
 
 #: Key of the Postgres advisory lock that serializes publish, rollback and activation.
 PUBLISH_LOCK = 0x5_1C_E_9B_1
+#: Columns of a version that activating, superseding and re-reading it never need.
+_HEAVY = ("content", "content_gzip", "diff")
 _RULE_TABLES = "limits_tier, limits_tenant, limits_route, limits_policy, limits_limit"
 
 
@@ -203,7 +205,10 @@ def snapshot_activate_due(
 
 def activate_due(*, actor: Actor, now: datetime) -> list[models.Snapshot]:
     """Mark due versions active in version order; call with the lock held."""
-    activated = list(_due(now).select_for_update().order_by("version"))
+    # without the bytes and the diff: a first version's diff is 120,000 changes
+    activated = list(
+        _due(now).select_for_update().defer(*_HEAVY).order_by("version")
+    )
     for row in activated:
         models.Snapshot.objects.filter(pk=row.pk).update(activated_at=now)
         row.activated_at = now
