@@ -38,6 +38,7 @@ from limits.changes.services import (
     edits_known,
 )
 from limits.core.audit import Actor
+from limits.core.collector import collector_paused
 from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
 from limits.models import ChangeOrigin, ChangeRequest
 from limits.rules.checks import document_problems, rules_problems
@@ -117,6 +118,7 @@ def rules_export() -> str:
     return out.getvalue()
 
 
+@collector_paused()
 def rules_export_write(write: Callable[[str], Any]) -> None:
     """:func:`rules_export`, written piece by piece to ``write`` (a file, a response)."""
     row = snapshot_get_active(light=True)  # not its stored diff: 10 MB of JSON
@@ -127,6 +129,7 @@ def rules_export_write(write: Callable[[str], Any]) -> None:
     rules_yaml_write(documents_of_rules(snapshot_rules(row)), write)
 
 
+@collector_paused()
 def rules_file_read(text: str, *, name: str = "rules.yaml") -> RulesFile:
     """Read and check a rules file; RulesFileInvalid with every problem at its line."""
     parsed = yaml_read(text)
@@ -351,6 +354,7 @@ def _metadata(edit: Edit) -> str:
     return "; ".join(moved)
 
 
+@collector_paused()
 def rules_file_diff(rules_file: RulesFile) -> FileDiff:
     """What applying ``rules_file`` would change in the active version."""
     row, base = active_base()
@@ -392,6 +396,7 @@ class Applied:
     not_published: str = ""
 
 
+@collector_paused()
 @transaction.atomic
 def rules_file_apply(
     rules_file: RulesFile,

@@ -41,6 +41,7 @@ from limits.changes.services import (
 from limits.choices import Role
 from limits.core.audit import Actor, audited_save
 from limits.core.chain import chain_lock
+from limits.core.collector import collector_paused
 from limits.core.roles import require_role
 from limits.diff.diffing import EMPTY_RULES
 from limits.models import ChangeRequest, ChangeRequestState, Snapshot
@@ -210,6 +211,7 @@ def _require_approved(request: ChangeRequest, diff) -> None:
         )
 
 
+@collector_paused()
 @transaction.atomic
 def change_request_publish(
     *,

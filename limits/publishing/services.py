@@ -27,6 +27,7 @@ from limits.announcements.services import announcement_create
 from limits.choices import AuditAction, SnapshotKind
 from limits.core.audit import Actor, audit_record
 from limits.core.chain import chain_lock
+from limits.core.collector import collector_paused
 from limits.core.roles import require_publisher
 from limits.diff.diffing import RulesDiff, rules_diff
 from limits.gateways.bundle import snapshot_bundle_refresh
@@ -79,6 +80,7 @@ def publishing_lock(*, rules: bool) -> None:
             cursor.execute(f"LOCK TABLE {_RULE_TABLES} IN SHARE MODE")
 
 
+@collector_paused()
 @transaction.atomic
 def snapshot_publish(
     *,
@@ -206,9 +208,7 @@ def snapshot_activate_due(
 def activate_due(*, actor: Actor, now: datetime) -> list[models.Snapshot]:
     """Mark due versions active in version order; call with the lock held."""
     # without the bytes and the diff: a first version's diff is 120,000 changes
-    activated = list(
-        _due(now).select_for_update().defer(*_HEAVY).order_by("version")
-    )
+    activated = list(_due(now).select_for_update().defer(*_HEAVY).order_by("version"))
     for row in activated:
         models.Snapshot.objects.filter(pk=row.pk).update(activated_at=now)
         row.activated_at = now
