@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -34,6 +35,8 @@ from limits.core.roles import require_publisher
 from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Delivery, Snapshot, Tenant, WebhookEndpoint
 from limits.traffic.impacts import scheduled_impact
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "announcement_cancel",
@@ -156,7 +159,13 @@ def announcement_notify(*, announcement_id: int) -> int:
     under the row lock and does nothing. A cancelled version notifies no one,
     nor does the first version (there were no limits to change, only to set).
     """
-    announcement = _locked(announcement_id)
+    try:
+        announcement = _locked(announcement_id)
+    except (
+        Announcement.DoesNotExist
+    ):  # a task queued for another database, or a restore
+        logger.warning("announcement_notify.gone: no announcement %s", announcement_id)
+        return 0
     if announcement.notified_at is not None:
         return 0
     ids, snapshot = [], announcement.snapshot

@@ -342,3 +342,16 @@ def test_delivery_send__two_workers_at_once__one_request(rules, receiver, settin
     assert len(receiver.requests) == 1
     delivery.refresh_from_db()
     assert (delivery.state, delivery.attempt_count) == ("delivered", 1)
+
+
+@pytest.mark.django_db
+def test_announcement_notify__announcement_gone__nothing_sent_one_log_line(caplog):
+    # Given a notify task for an announcement this database does not hold (queued
+    # against another database, or before a restore)
+    missing = 987_654
+    # When a worker runs it
+    result = announcement_notify_task.apply(args=[missing])
+    # Then it ends quietly, sends nothing and says which one it skipped
+    assert (result.successful(), result.result) == (True, 0)
+    assert Delivery.objects.count() == 0
+    assert f"announcement_notify.gone: no announcement {missing}" in caplog.text
