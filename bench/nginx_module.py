@@ -54,19 +54,22 @@ from tests.client.protocol_server import ProtocolServer
 from tests.gateways import servers
 from tests.servers import RedisServer, free_port
 
+#: What every nginx of the bench has in ``http``: no access log, temp paths in its prefix.
+COMMON = """    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+"""
+
 PLAIN = """daemon off;
 worker_processes 1;
 pid nginx.pid;
 error_log stderr warn;
 events {{ worker_connections 1024; }}
 http {{
-    access_log off;
-    client_body_temp_path tmp/body;
-    proxy_temp_path tmp/proxy;
-    fastcgi_temp_path tmp/fastcgi;
-    uwsgi_temp_path tmp/uwsgi;
-    scgi_temp_path tmp/scgi;
-    upstream backend {{ server 127.0.0.1:{backend}; keepalive 16; }}
+{common}    upstream backend {{ server 127.0.0.1:{backend}; keepalive 16; }}
     limit_req_zone $http_x_tenant zone=tenants:10m rate=100000r/s;
     server {{
         listen 127.0.0.1:{port};
@@ -84,11 +87,19 @@ http {{
 def plain_nginx(workdir: Path, *, backend: int, limit: bool) -> servers.Process:
     """nginx proxying to ``backend``, with a never-rejecting limit_req when ``limit``."""
     port = free_port()
-    prefix = workdir / f"plain-{port}"
+    rule = "limit_req zone=tenants burst=100000 nodelay;" if limit else ""
+    return _nginx(
+        workdir / f"plain-{port}",
+        port,
+        PLAIN.format(backend=backend, port=port, limit=rule, common=COMMON),
+    )
+
+
+def _nginx(prefix: Path, port: int, text: str) -> servers.Process:
+    """An nginx of configuration ``text`` in its own ``prefix``, ready on ``port``."""
     (prefix / "tmp").mkdir(parents=True)
     config = prefix / "nginx.conf"
-    rule = "limit_req zone=tenants burst=100000 nodelay;" if limit else ""
-    config.write_text(PLAIN.format(backend=backend, port=port, limit=rule))
+    config.write_text(text)
     command = [servers.binary("nginx"), "-p", str(prefix), "-e", "stderr"]
     return servers.Process([*command, "-c", str(config)], port)
 
@@ -112,13 +123,7 @@ load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
 events {{ worker_connections 1024; }}
 http {{
-    access_log off;
-    client_body_temp_path tmp/body;
-    proxy_temp_path tmp/proxy;
-    fastcgi_temp_path tmp/fastcgi;
-    uwsgi_temp_path tmp/uwsgi;
-    scgi_temp_path tmp/scgi;
-    server {{
+{common}    server {{
         listen 127.0.0.1:{port};
         location / {{
             access_by_lua_block {{
@@ -148,13 +153,9 @@ def evalsha_floor(workdir: Path, redis_port: int, bundle: Bundle) -> servers.Pro
     ]
     args = [f'"{a.decode()}"' for a in prepared.plan.args]
     port = free_port()
-    prefix = workdir / f"floor-{port}"
-    (prefix / "tmp").mkdir(parents=True)
-    config = prefix / "nginx.conf"
     call = ", ".join([str(len(keys)), *keys, *args])
-    config.write_text(FLOOR.format(port=port, redis=redis_port, sha=sha, keys=call))
-    command = [servers.binary("nginx"), "-p", str(prefix), "-e", "stderr"]
-    return servers.Process([*command, "-c", str(config)], port)
+    text = FLOOR.format(port=port, redis=redis_port, sha=sha, keys=call, common=COMMON)
+    return _nginx(workdir / f"floor-{port}", port, text)
 
 
 def search_request(bundle: Bundle, tenant: str):
