@@ -21,6 +21,7 @@ from api.etags import if_none_match_tags
 from api.permissions import GatewayOrRole
 from api.schema import ProblemSerializer
 from limits.core.audit import request_ip
+from limits.core.signing import bundle_sign
 from limits.gateways.bundle import Bundle, etag_held, snapshot_bundle_get
 from limits.gateways.polling import PollOutcome, PollUnavailable, gateway_poll
 from limits.gateways.reports import GatewayReport, parse_gateway_id, parse_version
@@ -303,7 +304,8 @@ class StateUnavailable(exceptions.APIException):
 
 
 class SnapshotDocumentView(APIView):
-    """One published version's document, as stored (gateway tokens and people)."""
+    """One published version's document, as stored (gateway tokens and people), signed
+    like the bundle: whoever keeps a copy can check it came from this control plane."""
 
     permission_classes = [GatewayOrRole]
 
@@ -311,7 +313,9 @@ class SnapshotDocumentView(APIView):
         operation_id="snapshot_document_get",
         responses={
             200: OpenApiResponse(
-                OpenApiTypes.OBJECT, description="A snapshot document."
+                OpenApiTypes.OBJECT,
+                description="A snapshot document, with its Sluice-Signature "
+                "(Ed25519, over the uncompressed bytes).",
             )
         },
     )
@@ -325,6 +329,7 @@ class SnapshotDocumentView(APIView):
             body=bytes(row.content),
             body_gzip=bytes(row.content_gzip),
             etag=f'"{row.hash}"',
+            signature=bundle_sign(bytes(row.content)),
         )
         response["Cache-Control"] = (
             "public, max-age=31536000, immutable"  # versions never change

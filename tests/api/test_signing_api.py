@@ -12,7 +12,7 @@ from limits.gateways.bundle import snapshot_bundle_get
 from limits.gateways.tokens import token_create
 from limits.models import GatewayToken
 from limits.publishing.services import snapshot_publish
-from sluice import KeyRing, protocol
+from sluice import KeyRing, SnapshotError, protocol
 from sluice.bundle import verify_bundle_bytes
 from tests.signing import TEST_KEYS
 
@@ -48,6 +48,27 @@ def test_snapshot__poll__signature_of_the_served_bytes_verifies(
     signed = verify_bundle_bytes(body, response[protocol.SIGNATURE], TEST_KEYS)
     assert signed.bundle.active.version == 1
     assert response[protocol.SIGNATURE].startswith(TEST_KEYS.ids[0] + ":")
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "identity"])
+def test_snapshot_document__one_version__signed_like_the_bundle(
+    client, published, gateway_secret, encoding
+):
+    # Given version 1 published / When a tool fetches that version's document
+    response = client.get(
+        "/api/v1/snapshots/1",
+        HTTP_AUTHORIZATION=f"Bearer {gateway_secret}",
+        HTTP_ACCEPT_ENCODING=encoding,
+    )
+    body = response.content
+    if response.get("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    # Then its signature covers the stored bytes, and an edited copy is refused
+    assert body == bytes(published.content)
+    assert TEST_KEYS.verify(body, response[protocol.SIGNATURE]) == TEST_KEYS.ids[0]
+    edited = body.replace(b"1", b"2", 1)
+    with pytest.raises(SnapshotError, match="does not match"):
+        TEST_KEYS.verify(edited, response[protocol.SIGNATURE])
 
 
 def test_well_known_keys__anonymous__the_signing_key_and_the_extra_ones(
