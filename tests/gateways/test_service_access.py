@@ -1,4 +1,4 @@
-"""Who may ask the decision service's HTTP face: allowed networks, a shared token, TLS.
+"""Who may ask the decision service, on both faces: allowed networks, a shared token, TLS.
 
 ``sluice-decide`` runs as a subprocess on a real Redis, polling a protocol
 server; every request is a real HTTP(S) request from loopback, so "outside the
@@ -14,15 +14,18 @@ import ssl
 import urllib.error
 import urllib.request
 
+import grpc
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from sluice import Bundle
 from sluice.identity import TrustedProxies
-from sluice.service.http import ALLOWED_NETWORKS
+from sluice.service.access import ALLOWED_NETWORKS, grpc_peer_address
 from tests.celery_fixtures import wait_until
 from tests.client.factories import ROUTES, limit, policy, rules, snapshot
 from tests.client.protocol_server import ProtocolServer
@@ -173,6 +176,109 @@ def test_http__tls_client_ca__a_gateway_without_certificate_refused(serve, tmp_p
             SEARCH,
             context=ssl.create_default_context(cafile=str(ca)),
         )
+
+
+def ask_rls(channel: grpc.Channel, metadata=(), tenant="initech"):
+    """One RLS call for ``tenant``'s search, as Envoy makes it (a tenant no HTTP test
+    spends: the tests share a Redis); the reply or the gRPC error."""
+    entries = {"method": "GET", "path": "/v1/search", "tenant": tenant}
+    request = rls_pb2.RateLimitRequest(
+        domain="sluice",
+        descriptors=[
+            ratelimit_pb2.RateLimitDescriptor(
+                entries=[
+                    ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v)
+                    for k, v in entries.items()
+                ]
+            )
+        ],
+    )
+    stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+    try:  # a deadline for hangs only
+        return stub.ShouldRateLimit(request, timeout=30, metadata=metadata)
+    except grpc.RpcError as error:
+        return error
+
+
+def test_grpc_peer_address__the_forms_grpc_gives():
+    assert grpc_peer_address("ipv4:10.0.0.7:40112") == "10.0.0.7"
+    assert grpc_peer_address("ipv6:%5B::1%5D:40112") == "::1"
+    assert grpc_peer_address("ipv6:[2001:db8::5]:80") == "2001:db8::5"
+    assert grpc_peer_address("unix:/run/sluice.sock") is None
+
+
+def test_grpc__peer_outside_allowed_networks__permission_denied(serve):
+    # Given a service that answers only 192.0.2.0/24, and a peer on loopback
+    service = serve("--allow-from", "192.0.2.0/24")  # its /healthz refuses us too
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        # When that peer asks over RLS, twice
+        first, second = ask_rls(channel), ask_rls(channel)
+    # Then both calls are refused, not decided, and the refusal is logged once
+    for refused in (first, second):
+        assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "--allow-from" in refused.details()
+    wait_until(
+        lambda: "service.peer_refused: 127.0.0.1" in service.output(),
+        timeout=60,
+        every=0.05,
+        why="the refusal in the log of sluice-decide",
+    )
+    assert service.output().count("service.peer_refused") == 1
+
+
+def test_grpc__token_required__unauthenticated_without_it(serve, tmp_path):
+    # Given a service whose gRPC face has a shared token (its HTTP face has none)
+    token_file = tmp_path / "grpc-token"
+    token_file.write_text("rls-secret\n")
+    service = serve("--grpc-token-file", str(token_file)).wait_version(1)
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        # When Envoy asks without the token, with a wrong one, and with it
+        missing = ask_rls(channel)
+        wrong = ask_rls(channel, [("sluice-token", "nope")])
+        right = ask_rls(channel, [("sluice-token", "rls-secret")])
+    # Then only the call with the token is decided
+    assert missing.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert wrong.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert right.overall_code == rls_pb2.RateLimitResponse.OK
+    fresh = {**SEARCH, "X-Tenant": "umbrella"}  # its HTTP face wants no token
+    assert call(f"http://127.0.0.1:{service.http_port}/v1/decide", fresh)[0] == 200
+
+
+def test_grpc__tls_client_ca__decided_over_mutual_tls_only(serve, tmp_path):
+    # Given a service with a certificate, requiring the gateway's (both faces)
+    ca, server, gateway = _pki(tmp_path, client=True)
+    service = serve(
+        "--tls-cert",
+        str(server[0]),
+        "--tls-key",
+        str(server[1]),
+        "--tls-client-ca",
+        str(ca),
+    )
+    trusted = ca.read_bytes()
+    with_cert = grpc.ssl_channel_credentials(
+        root_certificates=trusted,
+        private_key=gateway[1].read_bytes(),
+        certificate_chain=gateway[0].read_bytes(),
+    )
+    address = f"127.0.0.1:{service.grpc_port}"
+    # When Envoy asks over mutual TLS (once the service enforces version 1)
+    with grpc.secure_channel(address, with_cert) as channel:
+        wait_until(
+            lambda: (
+                getattr(ask_rls(channel), "overall_code", None)
+                == rls_pb2.RateLimitResponse.OK
+            ),
+            timeout=60,
+            every=0.05,
+            why="an RLS decision over mutual TLS",
+        )
+    # Then a gateway without a certificate, or in plaintext, gets no decision
+    without_cert = grpc.ssl_channel_credentials(root_certificates=trusted)
+    with grpc.secure_channel(address, without_cert) as channel:
+        assert ask_rls(channel).code() == grpc.StatusCode.UNAVAILABLE
+    with grpc.insecure_channel(address) as channel:
+        assert ask_rls(channel).code() == grpc.StatusCode.UNAVAILABLE
 
 
 def _version(url: str, context: ssl.SSLContext) -> int | None:

@@ -52,7 +52,6 @@ and ``/v1/release`` also need ``Sluice-Token: <token>`` (401 without it):
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import os
@@ -61,6 +60,7 @@ from typing import Any
 
 from sluice.identity import TrustedProxies
 
+from .access import ALLOWED_NETWORKS, Access
 from .decider import Decider, release_token
 from .request import HeaderNames, bad_input, from_headers, headers_of
 
@@ -84,17 +84,6 @@ RELEASE = "Sluice-Release"
 STATUS = "Sluice-Status"
 #: The header a gateway sends the service's shared token in (``--http-token-file``).
 TOKEN = "Sluice-Token"
-#: The peers served by default: loopback, RFC 1918 and unique-local IPv6, where a
-#: gateway asking the service lives; a public address needs ``--allow-from``.
-ALLOWED_NETWORKS = (
-    "127.0.0.0/8",
-    "::1/128",
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "fc00::/7",
-)
-_WARNED_PEERS = 64  #: refused peers logged once each, up to this many
 #: Seconds a forward-auth decision may take by default: under the documented
 #: timeouts of the gateways for the service (HAProxy 250 ms, nginx 1 s).
 BUDGET = 0.1
@@ -115,16 +104,13 @@ class DecisionApp:
         names: HeaderNames | None = None,
         trusted_proxies: Iterable[str] = (),
         budget: float = BUDGET,
-        allowed: Iterable[str] = ALLOWED_NETWORKS,
-        token: str = "",
+        access: Access | None = None,
     ) -> None:
         self.decider = decider
         self.names = names or HeaderNames()
         self.trusted = TrustedProxies(trusted_proxies)
         self.budget = budget
-        self.allowed = TrustedProxies(allowed)  # a set of networks, as proxies are
-        self.token = token.encode()
-        self._refused: set[str] = set()
+        self.access = access or Access()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -164,23 +150,17 @@ class DecisionApp:
         return await _send(send, 404, [], b"")
 
     def peer_allowed(self, scope: Scope) -> bool:
-        """Whether the TCP peer is in the allowed networks (refusals logged once per peer)."""
+        """Whether the TCP peer is in the allowed networks."""
         peer = scope.get("client")
-        address = peer[0] if peer else None
-        if address in self.allowed:
-            return True
-        if len(self._refused) < _WARNED_PEERS and str(address) not in self._refused:
-            self._refused.add(str(address))
-            logger.warning("service.peer_refused: %s is outside --allow-from", address)
-        return False
+        return self.access.peer_allowed(peer[0] if peer else None)
 
     def token_given(self, scope: Scope) -> bool:
         """Whether the request carries the shared token, when the service has one."""
-        if not self.token:
+        if not self.access.token:
             return True
         wanted = TOKEN.lower().encode("latin-1")
         given = next((v for n, v in scope.get("headers") or () if n == wanted), b"")
-        return hmac.compare_digest(given, self.token)
+        return self.access.token_matches(given)
 
     async def decide(
         self, scope: Scope, receive: Receive, send: Send, *, ext_authz: bool = False

@@ -39,8 +39,9 @@ from sluice.pipelining import DEFAULT_MAX_BATCH
 from sluice.signing import KeyRing
 from sluice.source import SnapshotSource
 
+from .access import ALLOWED_NETWORKS, Access
 from .decider import Decider
-from .http import ALLOWED_NETWORKS, BUDGET, DecisionApp
+from .http import BUDGET, DecisionApp
 from .request import DescriptorKeys, HeaderNames, parse_mapping
 from .workers import check_free, listening_socket, supervise
 
@@ -116,16 +117,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="CIDR",
-        help="peers the HTTP face answers (repeat; default loopback and private "
-        "networks: " + ", ".join(ALLOWED_NETWORKS) + "); others get 403",
+        help="peers both faces answer (repeat; default loopback and private "
+        "networks: " + ", ".join(ALLOWED_NETWORKS) + "); others get 403 "
+        "(HTTP) or PERMISSION_DENIED (gRPC)",
     )
     add(
         "--http-token-file",
         help="file holding a shared token the HTTP face requires in Sluice-Token",
     )
-    add("--tls-cert", help="PEM certificate: the HTTP face speaks HTTPS")
+    add(
+        "--grpc-token-file",
+        help="file holding a shared token the gRPC face requires in the "
+        "sluice-token metadata",
+    )
+    add("--tls-cert", help="PEM certificate: both faces speak TLS")
     add("--tls-key", help="PEM private key of --tls-cert")
-    add("--tls-client-ca", help="PEM CAs: the HTTP face requires a client certificate")
+    add("--tls-client-ca", help="PEM CAs: both faces require a client certificate")
     add("--descriptor", action="append", default=[], metavar="FIELD=KEY")
     add("--header", action="append", default=[], metavar="FIELD=NAME[,NAME]")
     add("--no-pipelining", action="store_true", help="one Redis call per decision")
@@ -222,11 +229,17 @@ def build(args: argparse.Namespace) -> Service:
         names=header_names(args.header),
         trusted_proxies=args.trusted_proxy,
         budget=args.budget,
-        allowed=args.allow_from or ALLOWED_NETWORKS,
-        token=_read(args.http_token_file) if args.http_token_file else "",
+        access=_access(args, args.http_token_file),
     )
     keys = parse_mapping(args.descriptor, DescriptorKeys())
     return Service(source, limiter, events, decider, keys, app)
+
+
+def _access(args: argparse.Namespace, token_file: str | None) -> Access:
+    """Who may ask one face: ``--allow-from``'s networks and that face's token."""
+    return Access(
+        args.allow_from or ALLOWED_NETWORKS, _read(token_file) if token_file else ""
+    )
 
 
 def _address(value: str) -> tuple[str, int] | None:
@@ -244,7 +257,7 @@ async def serve(
     stop = asyncio.Event()
     grpc_server = None
     if (grpc_at := _address(args.grpc)) is not None:
-        grpc_server = await _start_grpc(service, grpc_at, shared=shared)
+        grpc_server = await _start_grpc(service, grpc_at, args, shared=shared)
     http_at = _address(args.http)
     logger.info(
         "service.listening: grpc %s, http %s, gateway id %s, pid %d",
@@ -269,13 +282,17 @@ async def serve(
 
 
 async def _start_grpc(
-    service: Service, at: tuple[str, int], *, shared: bool
+    service: Service, at: tuple[str, int], args: argparse.Namespace, *, shared: bool
 ) -> grpc.aio.Server:
     import grpc
 
     from . import accesslog, rls
+    from .access import GrpcGate
 
-    server = grpc.aio.server(options=[("grpc.so_reuseport", int(shared))])
+    server = grpc.aio.server(
+        options=[("grpc.so_reuseport", int(shared))],
+        interceptors=[GrpcGate(_access(args, args.grpc_token_file))],
+    )
     rls.add_to_server(
         server,
         rls.RateLimitService(service.decider, keys=service.keys),
@@ -284,7 +301,17 @@ async def _start_grpc(
         server, accesslog.GatewayDecisions(service.decider, names=service.app.names)
     )
     host = f"[{at[0]}]" if ":" in at[0] else at[0]
-    server.add_insecure_port(f"{host}:{at[1]}")
+    if args.tls_cert:
+        credentials = grpc.ssl_server_credentials(
+            [(Path(args.tls_key).read_bytes(), Path(args.tls_cert).read_bytes())],
+            root_certificates=(
+                Path(args.tls_client_ca).read_bytes() if args.tls_client_ca else None
+            ),
+            require_client_auth=bool(args.tls_client_ca),
+        )
+        server.add_secure_port(f"{host}:{at[1]}", credentials)
+    else:
+        server.add_insecure_port(f"{host}:{at[1]}")
     await server.start()
     return server
 
