@@ -141,3 +141,48 @@ def test_postgres_accepts_and_never_answers__everything_answers_in_time(
 
 def test_postgres_down__api_503_not_500_and_readyz_503():
     _assert_still_answering(free_port())
+
+
+READYZ = """
+import json, time, django
+django.setup()
+from django.test import Client
+started = time.monotonic()
+response = Client(HTTP_HOST="localhost").get("/readyz")
+print(json.dumps({"status": response.status_code, "body": json.loads(response.content),
+                  "seconds": time.monotonic() - started}))
+"""
+
+
+def test_postgres_and_redis_both_silent__readyz_503_both_failing_in_time(
+    silent_postgres,
+):
+    # Given a Postgres and a Redis that accept connections and never answer
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings_test",
+        "DATABASE_URL": f"postgres://sluice@127.0.0.1:{silent_postgres}/sluice",
+        "REDIS_URL": f"redis://127.0.0.1:{silent_postgres}/0",
+        "SLUICE_DB_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
+    }
+    # When a probe asks whether the control plane is ready
+    done = subprocess.run(
+        [sys.executable, "-c", READYZ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    # Then it says each is failing (the two checks wait side by side, not one
+    # after the other), well before gunicorn would kill the worker
+    assert found["status"] == 503
+    assert found["body"]["checks"] == {
+        "postgres": "failing",
+        "migrations": "failing",
+        "redis": "failing",
+    }
+    assert found["seconds"] < WORKER_TIMEOUT / 2
+    assert "readyz: redis failing" in done.stderr
