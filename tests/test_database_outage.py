@@ -79,18 +79,19 @@ def silent_postgres() -> Iterator[int]:
         conn.close()
 
 
-def _ask(port: int) -> tuple[dict, str]:
-    """Each answer of the control plane on database ``port``, and its log."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings_test",
-        "DATABASE_URL": f"postgres://sluice@127.0.0.1:{port}/sluice",
-        "SLUICE_DB_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
-    }
+def _run(script: str, port: int, **env: str) -> tuple[dict, str]:
+    """What ``script`` prints last (JSON), run by the control plane on database
+    ``port``, and its log."""
     done = subprocess.run(
-        [sys.executable, "-c", ASK],
+        [sys.executable, "-c", script],
         cwd=ROOT,
-        env=env,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings_test",
+            "DATABASE_URL": f"postgres://sluice@127.0.0.1:{port}/sluice",
+            "SLUICE_DB_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT,
@@ -100,7 +101,7 @@ def _ask(port: int) -> tuple[dict, str]:
 
 
 def _assert_still_answering(port: int) -> None:
-    found, log = _ask(port)
+    found, log = _run(ASK, port)
     # /healthz never touches the database
     assert (found["/healthz"]["status"], found["/healthz"]["body"]) == (
         200,
@@ -158,24 +159,10 @@ def test_postgres_and_redis_both_silent__readyz_503_both_failing_in_time(
     silent_postgres,
 ):
     # Given a Postgres and a Redis that accept connections and never answer
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings_test",
-        "DATABASE_URL": f"postgres://sluice@127.0.0.1:{silent_postgres}/sluice",
-        "REDIS_URL": f"redis://127.0.0.1:{silent_postgres}/0",
-        "SLUICE_DB_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
-    }
     # When a probe asks whether the control plane is ready
-    done = subprocess.run(
-        [sys.executable, "-c", READYZ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
+    found, log = _run(
+        READYZ, silent_postgres, REDIS_URL=f"redis://127.0.0.1:{silent_postgres}/0"
     )
-    assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout.strip().splitlines()[-1])
     # Then it says each is failing (the two checks wait side by side, not one
     # after the other), well before gunicorn would kill the worker
     assert found["status"] == 503
@@ -185,4 +172,4 @@ def test_postgres_and_redis_both_silent__readyz_503_both_failing_in_time(
         "redis": "failing",
     }
     assert found["seconds"] < WORKER_TIMEOUT / 2
-    assert "readyz: redis failing" in done.stderr
+    assert "readyz: redis failing" in log
