@@ -1,4 +1,7 @@
-"""The token bucket in Redis: its geometry in microseconds, the Lua script, and the clients.
+"""The token bucket in Redis: the Lua script, the clients, and a look at buckets.
+
+The bucket's geometry (its units in microseconds) is the GCRA kind's
+(:mod:`.kinds.gcra`), re-exported here where it used to live.
 
 ``lua/token_bucket.lua`` is package data and the only place the algorithm runs
 against Redis; :class:`TokenBucket` runs it by EVALSHA like every script of the
@@ -8,9 +11,7 @@ client (:class:`~.scripts.Script`: one round trip, NOSCRIPT reloaded).
 from __future__ import annotations
 
 import importlib.resources
-import math
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -19,8 +20,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .cluster import cluster_client, no_clusterdown_sleep, parse_seeds
+from .kinds.gcra import Geometry, geometry
 from .pipelining import AutoPipeline
-from .quota import Limit
 from .scripts import AsyncScript, Client, Script
 
 __all__ = [
@@ -56,37 +57,6 @@ STORE_ERRORS: tuple[type[Exception], ...] = (
     redis.RedisError,
     redis.exceptions.RedisClusterException,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Geometry:
-    """A bucket in the script's units: integer microseconds of refill time."""
-
-    tick: int  #: refill time of one token: ceil(period / rate), at least 1 µs
-    increment: int  #: refill time one request takes: cost x tick
-    capacity: int  #: refill time of a full bucket: burst x tick
-
-    def remaining(self, debt: int) -> int:
-        """Whole tokens in a bucket that owes ``debt`` µs of refill."""
-        return max(0, (self.capacity - debt) // self.tick)
-
-    def wait(self, debt: int) -> int:
-        """µs until a request fits a bucket that owes ``debt`` (0 when it fits now)."""
-        return max(0, debt + self.increment - self.capacity)
-
-
-def geometry(limit: Limit, *, cost: int, share: int = 1) -> Geometry:
-    """Return the geometry of ``limit`` for requests of ``cost`` tokens.
-
-    ``share`` divides the limit (the local fallback gives each of ``share``
-    gateways a ``1/share`` of the rate and of the burst, never below one
-    request). Rounding the tick up keeps the bucket on the strict side: the
-    rate enforced is ``period / tick <= rate`` (a key cannot pass more than one
-    million tokens per second; past ~10k per second the rounding shows).
-    """
-    tick = max(1, math.ceil(limit.period * _MICROS * share / limit.rate))
-    burst = max(cost, limit.burst // share)
-    return Geometry(tick=tick, increment=cost * tick, capacity=burst * tick)
 
 
 def peek(client: redis.Redis, keys: Sequence[str]) -> tuple[list[int], int]:

@@ -353,13 +353,14 @@ def _rehearsal_keys(
 def bucket_statuses(
     plan: PolicyPlan, keys: list[str], reply: list[int], step: int = 2
 ) -> tuple[LimitStatus, ...]:
-    """Statuses of the buckets from a reply with ``step`` values per bucket (fits, debt, ...)."""
+    """Statuses of the limits from a reply with ``step`` values per limit (fits, the
+    key's state, ...); each limit's shape reads its state (:class:`.kinds.Shape`)."""
     statuses = []
     for index, limit_plan in enumerate(plan.limits):
         at = step * index + 1
-        fits, debt = reply[at] == 1, reply[at + 1]
-        shape = limit_plan.geometry
-        remaining = max(0, (shape.capacity - debt) // shape.tick)
+        fits, state = reply[at] == 1, reply[at + 1]
+        shape = limit_plan.shape
+        remaining = shape.remaining(state)
         if plan.sharded:  # what one shard holds, as an estimate of the whole bucket
             remaining *= limit_plan.limit.shards
         statuses.append(
@@ -371,8 +372,8 @@ def bucket_statuses(
                 limit_plan.window,
                 fits,
                 remaining,
-                debt / _MICROS,
-                0.0 if fits else shape.wait(debt) / _MICROS,
+                shape.reset(state) / _MICROS,
+                0.0 if fits else shape.wait(state) / _MICROS,
             )
         )
     return tuple(statuses)

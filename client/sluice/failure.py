@@ -212,7 +212,8 @@ class CircuitBreaker:
 
 
 class LocalBuckets:
-    """In-process token buckets for the ``open`` and ``local`` modes: the script's algorithm in Python.
+    """In-process buckets for the ``open`` and ``local`` modes: each limit's kind
+    simulated in Python (:class:`.kinds.Shape`), the state kept as a moment (µs).
 
     ``open`` runs them with the whole limit, ``local`` with ``1/gateways`` of
     it. Holds at most ``max_keys`` buckets; past that, the oldest are forgotten
@@ -237,7 +238,7 @@ class LocalBuckets:
     def __call__(
         self, keys: list[str], plan: PolicyPlan, owed: Sequence[int] = ()
     ) -> list[int]:
-        """Decide like the script, with ``plan``'s geometry; same reply shape.
+        """Decide like the script, with ``plan``'s shapes; same reply shape.
 
         ``owed``: per key, µs of debt known from Redis (the reject cache's last
         word); a bucket owes at least that much, so it never starts fuller than
@@ -249,8 +250,7 @@ class LocalBuckets:
             if owed:
                 debts = [max(d, o) for d, o in zip(debts, owed, strict=True)]
             fits = [
-                debt + p.geometry.increment <= p.geometry.capacity
-                for debt, p in zip(debts, plan.limits, strict=True)
+                p.shape.fits(debt) for debt, p in zip(debts, plan.limits, strict=True)
             ]
             admitted = all(
                 ok
@@ -260,7 +260,7 @@ class LocalBuckets:
             reply = [int(admitted)]
             for key, debt, ok, p in zip(keys, debts, fits, plan.limits, strict=True):
                 if admitted and ok:
-                    debt += p.geometry.increment
+                    debt = p.shape.charged(debt)
                     self._remember(key, now + debt)
                 reply += [int(ok), debt]
             return reply

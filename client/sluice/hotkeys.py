@@ -13,8 +13,9 @@ Both only ever hold what Redis said; neither invents tokens:
   back: a lease can make the fleet admit early, never admit more than Redis
   granted (the bound is in ``docs/enforcement.md``).
 
-Times are integer microseconds of a local monotonic clock; the bucket arithmetic
-is the script's (:mod:`.bucket`), so only durations are compared with Redis time.
+Times are integer microseconds of a local monotonic clock; whether a request fits
+is the limit's kind's rule (:class:`.kinds.Shape`), so only durations are
+compared with Redis time.
 """
 
 from __future__ import annotations
@@ -96,8 +97,7 @@ class RejectCache:
                 entries.pop(key, None)
                 paid = None
             elif paid is not None and not limit_plan.limit.shadow:
-                shape = limit_plan.geometry
-                reject = reject or paid - now + shape.increment > shape.capacity
+                reject = reject or not limit_plan.shape.fits(paid - now)
             tat = seen.get(key)
             debts.append(-1 if tat is None else max(0, tat - now))
         if not reject:
@@ -105,8 +105,7 @@ class RejectCache:
         self.hits += 1
         reply = [0]
         for debt, limit_plan in zip(debts, plan.limits, strict=True):
-            shape = limit_plan.geometry
-            reply += [int(debt + shape.increment <= shape.capacity), debt]
+            reply += [int(limit_plan.shape.fits(debt)), debt]
         return reply
 
     def owed(self, keys: list[str], now: int) -> list[int]:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .bucket import SCRIPT
+from .kinds.gcra import admits
 from .scripts import CHARGE, HOT, RELEASE
 
 __all__ = [
@@ -172,10 +173,10 @@ class MemoryStore:
         for i, key in enumerate(keys):
             tat = self._get(key, now)
             debt = tat - now if tat is not None and tat > now else 0
-            after = debt + int(argv[3 * i])
+            increment, capacity = int(argv[3 * i]), int(argv[3 * i + 1])
             kind = argv[3 * i + 2]
-            if after <= int(argv[3 * i + 1]):
-                fits.append(after)
+            if admits(debt, increment, capacity):
+                fits.append(debt + increment)
             else:
                 fits.append(None)
                 admitted, rehearsed = _misfit(kind, admitted, rehearsed)

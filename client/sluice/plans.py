@@ -10,15 +10,15 @@ slots (the ``hot.lua`` script, :mod:`.hot`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from .bucket import Geometry, geometry
 from .keys import inflight_template, key_template
-from .quota import PERIODS, ConcurrencyLimit, Dimension, Limit
+from .kinds import LimitKind, Shape, kind_of
+from .kinds.gcra import Geometry
+from .quota import ConcurrencyLimit, Dimension, Limit
 from .rules import Policy
 
 __all__ = ["LimitPlan", "PolicyPlan", "SlotPlan", "compile_policy"]
-
-_MICROS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,13 +27,22 @@ class LimitPlan:
 
     limit: Limit
     dimension: Dimension  #: the limit's, kept at hand for the hot path
-    name: str  #: the policy name in RateLimit headers: ``<dimension>-<period unit>``
+    name: (
+        str  #: the policy name in RateLimit headers, e.g. ``<dimension>-<period unit>``
+    )
     template: str  #: the bucket key template, see :func:`.keys.key_template`
-    geometry: Geometry
-    quota: int  #: the bucket's capacity in tokens: IETF ``q``
-    window: int  #: whole seconds to refill the full bucket: IETF ``w``
+    shape: Shape  #: the limit in script units, from its kind
+    quota: int  #: IETF ``q``, from its kind
+    window: int  #: IETF ``w``, from its kind
+    kind: LimitKind
     lease: int = 0  #: requests' worth taken per lease (0: no lease)
     lease_us: int = 0  #: how long leased tokens may be spent, µs
+
+    @property
+    def geometry(self) -> Geometry:
+        """The shape of a GCRA limit: what its hot-key options (leases, shards) and
+        the backlog's charges work with; those exist for GCRA only."""
+        return cast(Geometry, self.shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +70,16 @@ class PolicyPlan:
 
 
 def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
-    """Compile ``policy`` for requests of ``cost`` (``share``: see :func:`.bucket.geometry`).
+    """Compile ``policy`` for requests of ``cost`` (``share``: see :meth:`.LimitKind.shape`).
 
-    A sharded limit's geometry is divided by its shards as well: each shard key
-    holds ``1/shards`` of what this gateway's share allows.
+    Each limit's kind gives its shape, its script arguments and its headers.
     """
-    plans, args = [], []
+    plans: list[LimitPlan] = []
+    args: list[bytes] = []
     for limit in policy.limits:
         plan = _limit_plan(policy, limit, cost=limit.cost or cost, share=share)
         plans.append(plan)
-        args += [
-            b"%d" % plan.geometry.increment,
-            b"%d" % plan.geometry.capacity,
-            b"1" if limit.shadow else b"0",
-        ]
+        args += plan.kind.arguments(plan.shape, flag=b"1" if limit.shadow else b"0")
     slots = tuple(_slot_plan(policy, cap) for cap in policy.concurrency)
     return PolicyPlan(
         policy,
@@ -93,16 +98,18 @@ def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
 
 
 def _limit_plan(policy: Policy, limit: Limit, *, cost: int, share: int) -> LimitPlan:
-    shape = geometry(limit, cost=cost, share=share * limit.shards)
+    kind = kind_of(limit)
+    shape = kind.shape(limit, cost=cost, share=share)
+    name, quota, window = kind.advertised(limit, shape)
     return LimitPlan(
         limit,
         limit.dimension,
-        f"{limit.dimension.value}-{PERIODS[limit.period]}",
+        name,
         key_template(policy.route, limit.dimension, limit.period),
         shape,
-        # A sharded bucket is advertised whole: shards x what one shard holds.
-        shape.capacity // shape.tick * limit.shards,
-        -(-shape.capacity // _MICROS),  # ceil: q / w never overstates the rate
+        quota,
+        window,
+        kind,
         lease=max(1, limit.lease // cost) if limit.lease else 0,
         lease_us=limit.lease_ms * 1000 if limit.lease else 0,
     )

@@ -104,8 +104,7 @@ def rehearsal_plan(
     for index in shared:
         args[3 * index + 2] = SHARED
     for plan in limits:
-        args += [b"%d" % plan.geometry.increment, b"%d" % plan.geometry.capacity]
-        args.append(REHEARSED)
+        args += plan.kind.arguments(plan.shape, flag=REHEARSED)
     return RehearsalPlan(
         version,
         active,
@@ -127,9 +126,10 @@ def rehearsed(plan: RehearsalPlan, reply: list[int], step: int = 2) -> Rehearsed
     return Rehearsed(plan.version, False)
 
 
-def _bucket(plan: LimitPlan) -> tuple[str, int, int]:
-    """What makes two limits one bucket with the same numbers."""
-    return (plan.template, plan.geometry.increment, plan.geometry.capacity)
+def _bucket(plan: LimitPlan) -> tuple[str, tuple[bytes, ...]]:
+    """What makes two limits one bucket with the same numbers: its key and its
+    kind's script arguments (but the role flag)."""
+    return (plan.template, plan.kind.arguments(plan.shape, flag=b"")[:-1])
 
 
 def _same_buckets(active: PolicyPlan, scheduled: PolicyPlan) -> bool:

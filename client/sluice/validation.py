@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .quota import MAX_LEASE_MS, MAX_SHARDS, MAX_TIMEOUT, Limit
+from .kinds import kind_of
+from .quota import MAX_TIMEOUT
 from .routing import PatternError, RouteTable
 from .rules import ALL_ROUTES, DEFAULT_SCOPE, Policy, Rules, ScopeKind
 
@@ -139,7 +140,9 @@ def policy_problems(policy: Policy, *, route_cost: int) -> list[Problem]:
     for index, limit in enumerate(policy.limits):
         problems += [
             Problem("policy", ref, f"limits[{index}]{field}", message)
-            for field, message in _limit_errors(limit, limit.cost or route_cost)
+            for field, message in kind_of(limit).problems(
+                limit, cost=limit.cost or route_cost
+            )
         ]
         if (limit.dimension, limit.period) in seen:
             problems.append(
@@ -152,38 +155,6 @@ def policy_problems(policy: Policy, *, route_cost: int) -> list[Problem]:
             )
         seen.add((limit.dimension, limit.period))
     return problems + _concurrency_problems(policy)
-
-
-def _limit_errors(limit: Limit, cost: int) -> list[tuple[str, str]]:
-    """(member suffix, message) for one bucket: depth, and its hot-key options."""
-    if limit.burst < cost:
-        return [
-            (
-                ".burst",
-                f"burst {limit.burst} is below the request cost {cost}: "
-                "such requests could never pass",
-            )
-        ]
-    errors = []
-    if limit.shards > MAX_SHARDS:
-        errors.append((".shards", f"at most {MAX_SHARDS} shards"))
-    elif limit.burst // limit.shards < cost:
-        errors.append(
-            (
-                ".shards",
-                f"each of {limit.shards} shards would hold {limit.burst // limit.shards} "
-                f"tokens, below the request cost {cost}",
-            )
-        )
-    if limit.lease and limit.shards > 1:
-        errors.append((".lease", "a limit is either sharded or leased, not both"))
-    if limit.lease and limit.shadow:
-        errors.append((".lease", "a shadow limit cannot be leased"))
-    if limit.lease > limit.burst:
-        errors.append((".lease", f"a lease cannot exceed the burst ({limit.burst})"))
-    if limit.lease_ms > MAX_LEASE_MS:
-        errors.append((".lease_ms", f"at most {MAX_LEASE_MS} ms"))
-    return errors
 
 
 def _concurrency_problems(policy: Policy) -> list[Problem]:

@@ -1,0 +1,61 @@
+"""Limit kinds: each rate-limiting algorithm behind one :class:`LimitKind`, found by
+the type of a limit.
+
+Pure: imports neither redis nor the runtime (``pyproject.toml``'s import
+contracts), so the control plane reads, validates and compares limits with the
+very code gateways enforce them with. ``docs/limit-kinds.md`` says how to add one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Advertised, Direction, LimitKind, Shape
+from .gcra import GCRA
+
+__all__ = [
+    "GCRA",
+    "Advertised",
+    "Direction",
+    "LimitKind",
+    "Shape",
+    "kind_of",
+    "register",
+    "registered",
+]
+
+#: limit value type -> its kind
+_KINDS: dict[type[Any], LimitKind] = {}
+
+
+def register(kind: LimitKind) -> LimitKind:
+    """Make ``kind`` the kind of its ``limit_type``'s limits; return it.
+
+    Raises ValueError when another kind already has that type or that name.
+    """
+    for known in _KINDS.values():
+        if known is not kind and (
+            known.limit_type is kind.limit_type or known.name == kind.name
+        ):
+            raise ValueError(f"kind {kind.name!r} clashes with kind {known.name!r}")
+    _KINDS[kind.limit_type] = kind
+    return kind
+
+
+def unregister(kind: LimitKind) -> None:
+    """Forget ``kind`` (a test's own kind, once the test is done)."""
+    if _KINDS.get(kind.limit_type) is kind:
+        del _KINDS[kind.limit_type]
+
+
+def registered() -> tuple[LimitKind, ...]:
+    """Every registered kind, in registration order."""
+    return tuple(_KINDS.values())
+
+
+def kind_of(limit: object) -> LimitKind:
+    """The kind of ``limit``; KeyError when its type has none."""
+    return _KINDS[type(limit)]
+
+
+register(GCRA)
