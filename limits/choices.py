@@ -3,11 +3,10 @@
 from django.db import models
 
 from sluice.decision import Outcome as _Outcome
-from sluice.routing import HTTP_METHODS
-from sluice.snapshot import PERIODS
-from sluice.snapshot import Dimension as _Dimension
-from sluice.snapshot import FailureMode as _FailureMode
-from sluice.snapshot import ScopeKind as _ScopeKind
+from sluice.model import HTTP_METHODS, PERIODS
+from sluice.model import Dimension as _Dimension
+from sluice.model import FailureMode as _FailureMode
+from sluice.model import ScopeKind as _ScopeKind
 
 FailureMode = models.TextChoices(
     "FailureMode",

@@ -40,9 +40,13 @@ from limits.versions.selectors import (
     snapshot_list,
     snapshot_scheduled,
 )
-from sluice.quota import public_description, public_name
-from sluice.resolver import Candidate
-from sluice.snapshot import Policy, describe_limit
+from sluice.model import (
+    Candidate,
+    Policy,
+    describe_limit,
+    public_description,
+    public_name,
+)
 
 
 class SnapshotListView(StrictQueryMixin, generics.ListAPIView):

@@ -33,8 +33,7 @@ from limits.versions.selectors import (
     snapshot_rules,
     snapshot_scheduled,
 )
-from sluice.routing import HTTP_METHODS
-from sluice.validation import validate_rules
+from sluice.model import HTTP_METHODS, validate_rules
 
 from .fields import PublicNoteCheck, UtcDateTimeField, earliest_input
 

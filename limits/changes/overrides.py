@@ -43,8 +43,7 @@ from limits.models import (
 )
 from limits.rules.documents import document_in
 from limits.rules.services import rule_delete
-from sluice.rules import format_time
-from sluice.validation import policy_ref
+from sluice.model import format_time, policy_ref
 
 __all__ = [
     "override_author",

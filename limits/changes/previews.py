@@ -33,7 +33,7 @@ from limits.publishing.problems import problem_text
 from limits.rules.documents import Edit, parse_time, rules_with
 from limits.traffic.estimate import Impact, impact_estimate
 from limits.versions.selectors import snapshot_rules, snapshot_scheduled
-from sluice.validation import validate_rules
+from sluice.model import validate_rules
 
 __all__ = [
     "EditView",

@@ -57,9 +57,8 @@ from limits.rules.compiling import route_table_error
 from limits.rules.documents import Edit, rules_value, rules_with, value_in
 from limits.rules.records import documents_write
 from limits.versions.selectors import snapshot_rules
-from sluice import snapshot
-from sluice.parsing import parse_concurrency, parse_limit
-from sluice.validation import policy_ref
+from sluice import model as sluice_model
+from sluice.model import parse_concurrency, parse_limit, policy_ref
 
 __all__ = [
     "ChangeConflict",
@@ -142,7 +141,7 @@ def _object_words(edit: Edit) -> str:
     if edit.subject != "policy":
         return f"{edit.subject} {edit.key}"
     scope, _, route = edit.key.rstrip("~").partition("/")
-    value = snapshot.Policy(
+    value = sluice_model.Policy(
         scope=scope,
         route=route,
         limits=(),
@@ -164,13 +163,13 @@ def _value_words(subject: str, value) -> str:
         return f"{methods} {value['path']}, cost {value['cost']}"
     limits = [parse_limit(v) for v in value["limits"]]
     limits += [parse_concurrency(v) for v in value.get("concurrency", [])]
-    said = "; ".join(snapshot.describe_limit(v) for v in limits)
+    said = "; ".join(sluice_model.describe_limit(v) for v in limits)
     expires = value["expires_at"]
     return said + (f", expiring {expires}" if expires else "")
 
 
 def conflicts_with(
-    rules: snapshot.Rules, edits: Sequence[Edit], version: Snapshot | None
+    rules: sluice_model.Rules, edits: Sequence[Edit], version: Snapshot | None
 ) -> list[Conflict | RouteClash]:
     """The edits whose object ``rules`` (of ``version``) hold otherwise than the edit's
     ``before``; else a route of the edits colliding with one of ``rules``."""

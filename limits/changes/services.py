@@ -49,8 +49,7 @@ from limits.rules.documents import (
     rules_with,
 )
 from limits.versions.selectors import snapshot_get_active, snapshot_rules
-from sluice.rules import Rules
-from sluice.validation import policy_ref
+from sluice.model import Rules, policy_ref
 
 __all__ = [
     "EditsInvalid",

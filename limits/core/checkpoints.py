@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from limits.core.signing import public_keyring, signing_key
 from limits.models import AuditEntry
-from sluice.canonical import canonical_json
+from sluice.model import canonical_json
 from sluice.signing import KeyRing, key_id
 
 __all__ = [

@@ -21,13 +21,13 @@ from limits.diff.limit_changes import (
     everything,
     limit_changes,
 )
-from sluice.snapshot import (
+from sluice.model import (
     Policy,
     Route,
     Rules,
     describe_limit,
+    policy_ref,
 )
-from sluice.validation import policy_ref
 
 __all__ = [
     "Change",

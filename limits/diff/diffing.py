@@ -36,7 +36,7 @@ from limits.diff.changes import (
 )
 from limits.diff.impact import Reach
 from limits.diff.kinds import ChangeKind
-from sluice.snapshot import Policy, Rules
+from sluice.model import Policy, Rules
 
 __all__ = [
     "EMPTY_RULES",

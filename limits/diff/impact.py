@@ -22,15 +22,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from limits.diff.kinds import ChangeKind
-from sluice.resolver import Level, Resolution, Resolver
-from sluice.snapshot import (
+from sluice.model import (
     ALL_ROUTES,
     DEFAULT_SCOPE,
     ConcurrencyLimit,
+    Direction,
+    Level,
     Limit,
     Policy,
+    Resolution,
+    Resolver,
     Rules,
     ScopeKind,
+    kind_of,
 )
 
 __all__ = [
@@ -50,6 +54,11 @@ __all__ = [
 #: permanent rules, which is what a change of the rules is judged on.
 FAR_FUTURE = float(2**62)
 _DEFAULT_LEVELS = {Level.DEFAULT_ROUTE, Level.DEFAULT_ALL}
+_CHANGE_KINDS = {
+    Direction.LOWERED: ChangeKind.LOWERED,
+    Direction.RAISED: ChangeKind.RAISED,
+    Direction.UNCHANGED: ChangeKind.CHANGED,
+}
 
 
 @dataclass(frozen=True)
@@ -100,19 +109,12 @@ def worst(kinds: Iterable[ChangeKind]) -> ChangeKind:
 
 
 def compare_limit(before: Limit, after: Limit, route_cost: int) -> ChangeKind:
-    """Direction of one enforced bucket (same dimension and period) for a client.
-
-    Against the client: a lower rate, a smaller burst, a higher cost per request.
-    Any move against the client makes it lowered, even if another member rose.
-    """
-    cost_before, cost_after = before.cost or route_cost, after.cost or route_cost
-    if after.rate < before.rate or after.burst < before.burst:
-        return ChangeKind.LOWERED
-    if cost_after > cost_before:
-        return ChangeKind.LOWERED
-    if after.rate > before.rate or after.burst > before.burst:
-        return ChangeKind.RAISED
-    return ChangeKind.RAISED if cost_after < cost_before else ChangeKind.CHANGED
+    """Direction of one enforced limit (same dimension and period) for a client,
+    as its kind says (:meth:`sluice.kinds.LimitKind.direction`): any move against
+    the client makes it lowered, even if another member rose."""
+    return _CHANGE_KINDS[
+        kind_of(before).direction(before, after, route_cost=route_cost)
+    ]
 
 
 def bucket_kind(before: Limit, after: Limit, cost: int) -> ChangeKind:

@@ -11,8 +11,14 @@ from typing import Any
 
 from limits.diff.impact import bucket_kind, compare_caps
 from limits.diff.kinds import ChangeKind
-from sluice.parsing import parse_concurrency, parse_limit
-from sluice.snapshot import ConcurrencyLimit, Limit, Policy, describe_limit
+from sluice.model import (
+    ConcurrencyLimit,
+    Limit,
+    Policy,
+    describe_limit,
+    parse_concurrency,
+    parse_limit,
+)
 
 __all__ = ["FieldChange", "LimitChange", "cap_changes", "everything", "limit_changes"]
 

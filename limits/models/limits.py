@@ -14,8 +14,8 @@ from django.db import models
 from django.db.models import Q
 
 from limits.choices import Dimension, LimitKind, Period
-from sluice import quota
-from sluice.quota import (
+from sluice import model as sluice_model
+from sluice.model import (
     DEFAULT_LEASE_MS,
     DEFAULT_TIMEOUT,
     MAX_LEASE_MS,
@@ -121,13 +121,13 @@ class Limit(RuleModel):
     )
 
     public_name = models.CharField(
-        max_length=quota.MAX_PUBLIC_NAME,
+        max_length=sluice_model.MAX_PUBLIC_NAME,
         blank=True,
         default="",
         help_text='What customers read in a 429; empty: derived ("Rate limit per user").',
     )
     public_description = models.CharField(
-        max_length=quota.MAX_PUBLIC_DESCRIPTION,
+        max_length=sluice_model.MAX_PUBLIC_DESCRIPTION,
         blank=True,
         default="",
         help_text="The limit in a 429's detail; empty: derived from the numbers "
@@ -179,7 +179,7 @@ class Limit(RuleModel):
         """``per user: 100 / s, burst 200``: the way people say it."""
         return describe_limit(self.to_value())
 
-    def to_value(self) -> quota.Limit | quota.ConcurrencyLimit:
+    def to_value(self) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
         """The snapshot's value of this row: a bucket, or a concurrency cap."""
         return self.value_of(*(getattr(self, name) for name in self.SETTINGS))
 
@@ -199,20 +199,20 @@ class Limit(RuleModel):
         timeout: int,
         public_name: str = "",
         public_description: str = "",
-    ) -> quota.Limit | quota.ConcurrencyLimit:
+    ) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
         """The snapshot's value of one limit's columns (:attr:`SETTINGS`, in order):
         compiling reads columns as tuples, 30,000 limits without model instances."""
         if kind == LimitKind.CONCURRENT:
-            return quota.ConcurrencyLimit(
-                dimension=quota.Dimension(dimension),
+            return sluice_model.ConcurrencyLimit(
+                dimension=sluice_model.Dimension(dimension),
                 max_inflight=max_inflight,
                 timeout=timeout,
                 shadow=shadow,
                 name=public_name,
                 description=public_description,
             )
-        return quota.Limit(
-            quota.Dimension(dimension),
+        return sluice_model.Limit(
+            sluice_model.Dimension(dimension),
             rate,
             period,
             burst,

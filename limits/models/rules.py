@@ -15,8 +15,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from limits.choices import FailureMode, HttpMethod, ScopeKind
-from sluice.routing import HTTP_METHODS, PatternError, parse_path_pattern
-from sluice.snapshot import ALL_ROUTES, scope_key
+from sluice.model import (
+    ALL_ROUTES,
+    HTTP_METHODS,
+    PatternError,
+    parse_path_pattern,
+    scope_key,
+)
 
 from .base import RuleModel
 

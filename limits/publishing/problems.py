@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 
-from sluice import snapshot
-from sluice.validation import Problem
+from sluice import model as sluice_model
+from sluice.model import Problem
 
 __all__ = ["InvalidRules", "NothingToPublish", "problem_text"]
 
@@ -38,7 +38,7 @@ def problem_text(problem: Problem) -> str:
     if problem.kind != "policy":
         return f"{problem.kind} {problem.key}, {problem.field}: {problem.message}"
     scope, _, route = problem.key.rstrip("~").partition("/")
-    where = snapshot.Policy(
+    where = sluice_model.Policy(
         scope=scope, route=route, limits=(), expires_at=None
     ).describe() + (" (override)" if problem.key.endswith("~") else "")
     field = problem.field

@@ -41,8 +41,8 @@ from limits.rules.compiling import (
     rules_compile,
 )
 from limits.versions.selectors import snapshot_rules
-from sluice import snapshot
-from sluice.validation import validate_rules
+from sluice import model as sluice_model
+from sluice.model import validate_rules
 
 __all__ = [
     "InvalidRules",
@@ -117,7 +117,7 @@ def snapshot_publish(
 def snapshot_store(
     *,
     actor: Actor,
-    rules: snapshot.Rules,
+    rules: sluice_model.Rules,
     message: str,
     effective_at: datetime | None = None,
     restored_version: int | None = None,
@@ -274,7 +274,7 @@ def version_in_force(effective: datetime) -> models.Snapshot | None:
 
 def _snapshot_row(rules, parent, published_at, effective, *, diff, message):
     latest = models.Snapshot.objects.aggregate(top=Max("version"))["top"] or 0
-    document = snapshot.Snapshot.build(
+    document = sluice_model.Snapshot.build(
         version=latest + 1,
         parent=parent.version if parent else None,
         published_at=published_at,

@@ -26,9 +26,9 @@ from limits.models.rules import (
 )
 from limits.rules.documents import Document, document_key, parse_time
 from limits.rules.schema import schema_errors
-from sluice import snapshot
+from sluice import model as sluice_model
+from sluice.model import Problem, validate_rules
 from sluice.rulesfile import problem_member
-from sluice.validation import Problem, validate_rules
 
 __all__ = ["DocumentProblem", "document_problems", "rules_problems"]
 
@@ -143,7 +143,7 @@ def _key_matches(key: str, doc: Document) -> list[tuple[Path, str]]:
 
 
 def rules_problems(
-    rules: snapshot.Rules, policies: Mapping[str, Document]
+    rules: sluice_model.Rules, policies: Mapping[str, Document]
 ) -> list[DocumentProblem]:
     """Problems of the whole rule set, each on the document it comes from;
     ``policies`` are the policy documents by key (limits in the order they were

@@ -17,8 +17,8 @@ from django.db.models import Q
 
 from limits import models
 from limits.choices import LimitKind, ScopeKind
-from sluice import snapshot
-from sluice.routing import PatternError, RouteTable
+from sluice import model as sluice_model
+from sluice.model import PatternError, RouteTable
 
 __all__ = [
     "limit_rows_from_snapshot",
@@ -37,14 +37,14 @@ _LIMIT_FIELDS = models.Limit.SETTINGS
 
 def limit_to_snapshot(
     limit: models.Limit,
-) -> snapshot.Limit | snapshot.ConcurrencyLimit:
+) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
     """A row as the snapshot's value: a bucket, or a concurrency cap (kind "concurrent")."""
     return limit.to_value()
 
 
 def policy_to_snapshot(
     policy: models.Policy, limits: Iterable[models.Limit] | None = None
-) -> snapshot.Policy:
+) -> sluice_model.Policy:
     """The snapshot form of ``policy``, with ``limits`` or else its saved limits.
 
     Rate limits go to the policy's ``limits``, concurrent ones to its
@@ -52,19 +52,19 @@ def policy_to_snapshot(
     """
     rows = policy.limits.all() if limits is None else limits
     values = [limit_to_snapshot(limit) for limit in rows]
-    return snapshot.Policy(
+    return sluice_model.Policy(
         scope=policy.scope_key,
         route=policy.route_key,
-        limits=tuple(v for v in values if isinstance(v, snapshot.Limit)),
+        limits=tuple(v for v in values if isinstance(v, sluice_model.Limit)),
         expires_at=policy.expires_at,
         concurrency=tuple(
-            v for v in values if isinstance(v, snapshot.ConcurrencyLimit)
+            v for v in values if isinstance(v, sluice_model.ConcurrencyLimit)
         ),
     )
 
 
 def limit_rows_from_snapshot(
-    row: models.Policy, policy: snapshot.Policy
+    row: models.Policy, policy: sluice_model.Policy
 ) -> list[models.Limit]:
     """Unsaved limit rows of ``row`` that compile back to ``policy``'s limits (rollback)."""
     rows = [
@@ -98,17 +98,17 @@ def limit_rows_from_snapshot(
     ]
 
 
-def route_to_snapshot(route: models.Route) -> snapshot.Route:
-    return snapshot.Route(
+def route_to_snapshot(route: models.Route) -> sluice_model.Route:
+    return sluice_model.Route(
         slug=route.slug,
         methods=tuple(sorted(route.methods)),
         path=route.path_pattern,
         cost=route.cost,
-        failure_mode=snapshot.FailureMode(route.failure_mode),
+        failure_mode=sluice_model.FailureMode(route.failure_mode),
     )
 
 
-def route_table_error(routes: Iterable[snapshot.Route]) -> str | None:
+def route_table_error(routes: Iterable[sluice_model.Route]) -> str | None:
     """Why gateways could not match requests to ``routes`` (two of them claim one
     method and path), or None: the client's own route table decides."""
     try:
@@ -118,7 +118,7 @@ def route_table_error(routes: Iterable[snapshot.Route]) -> str | None:
     return None
 
 
-def rules_require_routable(rules: snapshot.Rules) -> snapshot.Rules:
+def rules_require_routable(rules: sluice_model.Rules) -> sluice_model.Rules:
     """``rules``, or ValidationError when its routes cannot be matched (a working copy
     stored before such routes were refused on save): diffs and explanations resolve
     requests the way gateways would, and cannot with such routes."""
@@ -136,7 +136,7 @@ def rules_require_routable(rules: snapshot.Rules) -> snapshot.Rules:
 _POLICY_COLUMNS = ("pk", "scope", "tier__slug", "tenant__slug", "route__slug")
 
 
-def rules_compile(*, tenant: models.Tenant | None = None) -> snapshot.Rules:
+def rules_compile(*, tenant: models.Tenant | None = None) -> sluice_model.Rules:
     """The working copy as a rule set, in a fixed number of queries whatever its size.
 
     With ``tenant``, only what can apply to that tenant (its tier's, its own and the
@@ -152,7 +152,7 @@ def rules_compile(*, tenant: models.Tenant | None = None) -> snapshot.Rules:
             | Q(tenant_id=tenant.pk)
         )
         tenants = tenants.filter(pk=tenant.pk)
-    return snapshot.Rules(
+    return sluice_model.Rules(
         tiers=dict(models.Tier.objects.values_list("slug", "name")),
         tenants=dict(tenants.values_list("slug", "tier__slug")),
         routes={
@@ -163,21 +163,21 @@ def rules_compile(*, tenant: models.Tenant | None = None) -> snapshot.Rules:
     )
 
 
-def _policies(policies) -> tuple[snapshot.Policy, ...]:
+def _policies(policies) -> tuple[sluice_model.Policy, ...]:
     """Snapshot policies of the ``policies`` queryset, their limits read in one query."""
-    limits: dict[int, list[snapshot.Limit]] = defaultdict(list)
-    caps: dict[int, list[snapshot.ConcurrencyLimit]] = defaultdict(list)
+    limits: dict[int, list[sluice_model.Limit]] = defaultdict(list)
+    caps: dict[int, list[sluice_model.ConcurrencyLimit]] = defaultdict(list)
     rows = models.Limit.objects.filter(policy__in=policies.values("pk"))
     for policy_id, *columns in rows.values_list("policy_id", *_LIMIT_FIELDS):
         value = models.Limit.value_of(*columns)
-        if isinstance(value, snapshot.ConcurrencyLimit):
+        if isinstance(value, sluice_model.ConcurrencyLimit):
             caps[policy_id].append(value)
         else:
             limits[policy_id].append(value)
     return tuple(
-        snapshot.Policy(
-            scope=snapshot.scope_key(scope, tier or tenant),
-            route=route or snapshot.ALL_ROUTES,
+        sluice_model.Policy(
+            scope=sluice_model.scope_key(scope, tier or tenant),
+            route=route or sluice_model.ALL_ROUTES,
             limits=tuple(limits[pk]),
             expires_at=expires_at,
             concurrency=tuple(caps[pk]),

@@ -26,10 +26,9 @@ from typing import Any
 
 from limits import models
 from limits.choices import LimitKind
-from sluice import snapshot
-from sluice.quota import DEFAULT_LEASE_MS, DEFAULT_TIMEOUT
+from sluice import model as sluice_model
+from sluice.model import DEFAULT_LEASE_MS, DEFAULT_TIMEOUT, policy_ref
 from sluice.rulesfile import PERIOD_NAMES
-from sluice.validation import policy_ref
 
 __all__ = [
     "PERIOD_NAMES",
@@ -85,17 +84,17 @@ def parse_time(text: str) -> datetime:
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if moment.tzinfo is None:
         raise ValueError("a time needs a zone, e.g. 2026-12-01T08:00:00Z")
-    return snapshot.whole_seconds(moment)
+    return sluice_model.whole_seconds(moment)
 
 
 # -- limits ------------------------------------------------------------------------
 
 
 def limit_document(
-    value: snapshot.Limit | snapshot.ConcurrencyLimit, *, short: bool = False
+    value: sluice_model.Limit | sluice_model.ConcurrencyLimit, *, short: bool = False
 ) -> Document:
     """A limit as a document; ``short`` leaves out members at their default."""
-    if isinstance(value, snapshot.ConcurrencyLimit):
+    if isinstance(value, sluice_model.ConcurrencyLimit):
         doc: Document = {
             "dimension": value.dimension.value,
             "max_inflight": value.max_inflight,
@@ -133,12 +132,14 @@ def limit_document(
     return doc
 
 
-def limit_value(doc: Mapping[str, Any]) -> snapshot.Limit | snapshot.ConcurrencyLimit:
+def limit_value(
+    doc: Mapping[str, Any],
+) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
     """The snapshot value of a limit document (a concurrency cap when it has
     ``max_inflight``); KeyError or ValueError for a malformed one."""
-    dimension = snapshot.Dimension(doc["dimension"])
+    dimension = sluice_model.Dimension(doc["dimension"])
     if "max_inflight" in doc:
-        return snapshot.ConcurrencyLimit(
+        return sluice_model.ConcurrencyLimit(
             dimension=dimension,
             max_inflight=doc["max_inflight"],
             timeout=doc.get("timeout", DEFAULT_TIMEOUT),
@@ -147,7 +148,7 @@ def limit_value(doc: Mapping[str, Any]) -> snapshot.Limit | snapshot.Concurrency
             description=doc.get("public_description", ""),
         )
     period = doc["period"]
-    return snapshot.Limit(
+    return sluice_model.Limit(
         dimension=dimension,
         rate=doc["rate"],
         period=_PERIODS[period] if isinstance(period, str) else period,
@@ -165,14 +166,14 @@ def limit_value(doc: Mapping[str, Any]) -> snapshot.Limit | snapshot.Concurrency
 # -- policies ----------------------------------------------------------------------
 
 
-def policy_document(value: snapshot.Policy, *, reason: str = "") -> Document:
+def policy_document(value: sluice_model.Policy, *, reason: str = "") -> Document:
     """A policy as a document: scope, route, expiry, reason and canonical limits."""
-    limits = sorted(value.limits, key=snapshot.Limit.sort_key)
-    caps = sorted(value.concurrency, key=snapshot.ConcurrencyLimit.sort_key)
+    limits = sorted(value.limits, key=sluice_model.Limit.sort_key)
+    caps = sorted(value.concurrency, key=sluice_model.ConcurrencyLimit.sort_key)
     return {
         "scope": value.scope,
         "route": value.route,
-        "expires_at": snapshot.format_time(value.expires_at)
+        "expires_at": sluice_model.format_time(value.expires_at)
         if value.expires_at
         else None,
         "reason": reason,
@@ -180,18 +181,18 @@ def policy_document(value: snapshot.Policy, *, reason: str = "") -> Document:
     }
 
 
-def policy_value(doc: Mapping[str, Any]) -> snapshot.Policy:
+def policy_value(doc: Mapping[str, Any]) -> sluice_model.Policy:
     """The snapshot policy of a policy document, its limits in the document's order
     (rate limits, then caps), so problems name the document's own rows."""
     values = [limit_value(limit) for limit in doc["limits"]]
     expires = doc.get("expires_at")
-    return snapshot.Policy(
+    return sluice_model.Policy(
         scope=doc["scope"],
         route=doc["route"],
-        limits=tuple(v for v in values if isinstance(v, snapshot.Limit)),
+        limits=tuple(v for v in values if isinstance(v, sluice_model.Limit)),
         expires_at=parse_time(expires) if expires else None,
         concurrency=tuple(
-            v for v in values if isinstance(v, snapshot.ConcurrencyLimit)
+            v for v in values if isinstance(v, sluice_model.ConcurrencyLimit)
         ),
     )
 
@@ -257,7 +258,7 @@ def row_document(row: Any, limits: Iterable[models.Limit] | None = None) -> Docu
             "failure_mode": row.failure_mode,
         }
     rows = row.limits.all() if limits is None else limits
-    value = snapshot.Policy(
+    value = sluice_model.Policy(
         scope=row.scope_key,
         route=row.route_key,
         limits=tuple(_rate(rows)),
@@ -267,11 +268,11 @@ def row_document(row: Any, limits: Iterable[models.Limit] | None = None) -> Docu
     return policy_document(value, reason=row.reason)
 
 
-def _rate(rows: Iterable[models.Limit]) -> list[snapshot.Limit]:
+def _rate(rows: Iterable[models.Limit]) -> list[sluice_model.Limit]:
     return [r.to_value() for r in rows if r.kind == LimitKind.RATE]  # type: ignore[misc]
 
 
-def _caps(rows: Iterable[models.Limit]) -> list[snapshot.ConcurrencyLimit]:
+def _caps(rows: Iterable[models.Limit]) -> list[sluice_model.ConcurrencyLimit]:
     return [r.to_value() for r in rows if r.kind == LimitKind.CONCURRENT]  # type: ignore[misc]
 
 
@@ -323,7 +324,7 @@ def documents_of_tables() -> RuleDocuments:
 
 
 def documents_of_rules(
-    rules: snapshot.Rules, *, only: Mapping[str, list[str]] | None = None
+    rules: sluice_model.Rules, *, only: Mapping[str, list[str]] | None = None
 ) -> RuleDocuments:
     """``rules`` (a published version) as documents, with what snapshots do not carry
     (names, descriptions, contacts, positions, reasons) read from the rule tables;
@@ -365,7 +366,7 @@ def documents_of_rules(
     return docs
 
 
-def document_in(rules: snapshot.Rules, subject: str, key: str) -> Document | None:
+def document_in(rules: sluice_model.Rules, subject: str, key: str) -> Document | None:
     """One object of ``rules`` as a document (None when ``rules`` lack it), with what
     snapshots do not carry read from its row in the rule tables."""
     if subject == "policy":
@@ -379,7 +380,7 @@ def document_in(rules: snapshot.Rules, subject: str, key: str) -> Document | Non
     if value is None:
         return None
     part = {"tier": "tiers", "tenant": "tenants", "route": "routes"}[subject]
-    single = snapshot.Rules(
+    single = sluice_model.Rules(
         tiers={key: value} if subject == "tier" else {},
         tenants={key: value} if subject == "tenant" else {},
         routes={key: value} if subject == "route" else {},
@@ -390,7 +391,7 @@ def document_in(rules: snapshot.Rules, subject: str, key: str) -> Document | Non
 
 
 def documents_in(
-    rules: snapshot.Rules, keys: Iterable[tuple[str, str]]
+    rules: sluice_model.Rules, keys: Iterable[tuple[str, str]]
 ) -> dict[tuple[str, str], Document | None]:
     """:func:`document_in` for many objects at once, (subject, key) -> document:
     one pass over ``rules`` and a query per table, however many objects."""
@@ -399,7 +400,7 @@ def documents_in(
         wanted[subject].add(key)
     if not any(wanted.values()):
         return {}
-    some = snapshot.Rules(
+    some = sluice_model.Rules(
         tiers={k: v for k, v in rules.tiers.items() if k in wanted["tier"]},
         tenants={k: v for k, v in rules.tenants.items() if k in wanted["tenant"]},
         routes={k: v for k, v in rules.routes.items() if k in wanted["route"]},
@@ -426,13 +427,13 @@ def policy_row(key: str) -> models.Policy | None:
     rows = models.Policy.objects.filter(
         scope=kind, expires_at__isnull=not override
     ).select_related("tier", "tenant", "route")
-    if route == snapshot.ALL_ROUTES:
+    if route == sluice_model.ALL_ROUTES:
         rows = rows.filter(route__isnull=True)
     else:
         rows = rows.filter(route__slug=route)
-    if kind == snapshot.ScopeKind.TIER:
+    if kind == sluice_model.ScopeKind.TIER:
         rows = rows.filter(tier__slug=subject)
-    elif kind == snapshot.ScopeKind.TENANT:
+    elif kind == sluice_model.ScopeKind.TENANT:
         rows = rows.filter(tenant__slug=subject)
     return rows.first()
 
@@ -450,11 +451,11 @@ def policy_reasons() -> dict[str, str]:
 
 def _policy_key(scope: str, subject: str | None, route: str | None, expires) -> str:
     """What ``Policy.scope_key``/``route_key`` make, from plain values (no instance)."""
-    where = snapshot.scope_key(scope, subject)
-    return f"{where}/{route or snapshot.ALL_ROUTES}{'~' if expires else ''}"
+    where = sluice_model.scope_key(scope, subject)
+    return f"{where}/{route or sluice_model.ALL_ROUTES}{'~' if expires else ''}"
 
 
-def _route_members(route: snapshot.Route) -> Document:
+def _route_members(route: sluice_model.Route) -> Document:
     return {
         "methods": sorted(route.methods),
         "path": route.path,
@@ -481,11 +482,11 @@ def rules_value(subject: str, doc: Mapping[str, Any] | None, key: str = "") -> A
 
 
 def value_in(
-    rules: snapshot.Rules,
+    rules: sluice_model.Rules,
     subject: str,
     key: str,
     *,
-    policies: Mapping[str, snapshot.Policy] | None = None,
+    policies: Mapping[str, sluice_model.Policy] | None = None,
 ) -> Any:
     """What ``rules`` hold for the object ``key`` of ``subject``, in :func:`rules_value`'s
     form (None when absent); ``policies``: ``rules``' policies by key, for a caller
@@ -504,17 +505,17 @@ def value_in(
     return policy.to_json() if policy else None
 
 
-def _route_value(slug: str, doc: Mapping[str, Any]) -> snapshot.Route:
-    return snapshot.Route(
+def _route_value(slug: str, doc: Mapping[str, Any]) -> sluice_model.Route:
+    return sluice_model.Route(
         slug=slug,
         methods=tuple(sorted(doc["methods"])),
         path=doc["path"],
         cost=doc.get("cost", 1),
-        failure_mode=snapshot.FailureMode(doc.get("failure_mode", "open")),
+        failure_mode=sluice_model.FailureMode(doc.get("failure_mode", "open")),
     )
 
 
-def rules_with(rules: snapshot.Rules, edits: Iterable[Edit]) -> snapshot.Rules:
+def rules_with(rules: sluice_model.Rules, edits: Iterable[Edit]) -> sluice_model.Rules:
     """``rules`` with each edit's ``after`` written in (or the object removed).
 
     Raises ValueError (or KeyError) for a document the snapshot cannot hold.
@@ -540,7 +541,7 @@ def rules_with(rules: snapshot.Rules, edits: Iterable[Edit]) -> snapshot.Rules:
             target[edit.key] = _route_value(edit.key, edit.after)
         else:
             target[edit.key] = policy_value(edit.after)
-    return snapshot.Rules(
+    return sluice_model.Rules(
         tiers=tiers,
         tenants=tenants,
         routes=routes,

@@ -35,7 +35,7 @@ from limits.rules.documents import (
     policy_row,
     policy_value,
 )
-from sluice import snapshot
+from sluice import model as sluice_model
 
 __all__ = ["documents_write"]
 
@@ -211,12 +211,12 @@ def _new_policy(doc: dict) -> models.Policy:
         tier=models.Tier.objects.get(slug=subject) if kind == "tier" else None,
         tenant=models.Tenant.objects.get(slug=subject) if kind == "tenant" else None,
         route=None
-        if route == snapshot.ALL_ROUTES
+        if route == sluice_model.ALL_ROUTES
         else models.Route.objects.get(slug=route),
     )
 
 
-def _save_policy(row, value: snapshot.Policy, before, actor, reason) -> None:
+def _save_policy(row, value: sluice_model.Policy, before, actor, reason) -> None:
     def write() -> None:
         row.save()
         row.limits.all().delete()

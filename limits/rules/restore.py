@@ -22,12 +22,14 @@ from limits.rules.compiling import (
     policy_to_snapshot,
     route_to_snapshot,
 )
-from sluice import snapshot
+from sluice import model as sluice_model
 
 __all__ = ["working_copy_restore"]
 
 
-def working_copy_restore(*, rules: snapshot.Rules, actor: Actor, reason: str) -> None:
+def working_copy_restore(
+    *, rules: sluice_model.Rules, actor: Actor, reason: str
+) -> None:
     """Make the rule tables hold exactly ``rules``; audit every row changed.
 
     Creates and updates parents before children, deletes children before
@@ -111,11 +113,13 @@ def _new_policy(wanted, tiers, tenants, routes, reason) -> models.Policy:
     subject = wanted.subject
     return models.Policy(
         scope=wanted.scope_kind.value,
-        tier=tiers[subject] if wanted.scope_kind == snapshot.ScopeKind.TIER else None,
-        tenant=tenants[subject]
-        if wanted.scope_kind == snapshot.ScopeKind.TENANT
+        tier=tiers[subject]
+        if wanted.scope_kind == sluice_model.ScopeKind.TIER
         else None,
-        route=None if wanted.route == snapshot.ALL_ROUTES else routes[wanted.route],
+        tenant=tenants[subject]
+        if wanted.scope_kind == sluice_model.ScopeKind.TENANT
+        else None,
+        route=None if wanted.route == sluice_model.ALL_ROUTES else routes[wanted.route],
         reason=f"Restored by {reason}",
     )
 

@@ -16,16 +16,16 @@ from typing import Any
 import jsonschema_rs
 from jsonschema import Draft202012Validator
 
-from sluice.quota import (
+from sluice.model import (
     DEFAULT_LEASE_MS,
     DEFAULT_TIMEOUT,
+    HTTP_METHODS,
     MAX_LEASE_MS,
     MAX_PUBLIC_DESCRIPTION,
     MAX_PUBLIC_NAME,
     MAX_SHARDS,
     MAX_TIMEOUT,
 )
-from sluice.routing import HTTP_METHODS
 
 __all__ = ["FORMAT", "MAX_INTEGER", "RULES_SCHEMA", "schema_errors", "schema_json"]
 

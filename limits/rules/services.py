@@ -34,7 +34,7 @@ from limits.rules.compiling import (
     route_table_error,
     route_to_snapshot,
 )
-from sluice.validation import policy_problems
+from sluice.model import policy_problems
 
 __all__ = [
     "limit_delete",

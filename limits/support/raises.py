@@ -14,8 +14,7 @@ from limits.changes.services import Proposal, active_base, change_request_open
 from limits.core.audit import Actor
 from limits.models import ChangeOrigin, ChangeRequest, Tenant
 from limits.rules.documents import policy_document
-from sluice.resolver import Resolver
-from sluice.rules import Policy, scope_key
+from sluice.model import Policy, Resolver, scope_key
 
 __all__ = ["RAISE_DAYS", "RAISE_FACTOR", "override_raise"]
 

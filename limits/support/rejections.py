@@ -20,9 +20,8 @@ from django.core.exceptions import ValidationError
 
 from limits.models import DecisionPeak, Snapshot
 from limits.versions.selectors import snapshot_in_force_at, snapshot_rules
+from sluice.model import PERIOD_WORDS, Dimension, Resolution, Resolver, limit_in_words
 from sluice.plans import LimitPlan, compile_policy
-from sluice.quota import PERIOD_WORDS, Dimension, limit_in_words
-from sluice.resolver import Resolution, Resolver
 
 __all__ = ["LimitVerdict", "RejectionExplanation", "rejection_explain"]
 

@@ -17,10 +17,17 @@ from limits.versions.selectors import (
     snapshot_rules,
     snapshot_scheduled,
 )
-from sluice.bucket import STORE_ERRORS, geometry, peek
-from sluice.quota import ConcurrencyLimit, Dimension, Limit, limit_in_words
-from sluice.resolver import Resolution, Resolver
-from sluice.rules import Policy
+from sluice.bucket import STORE_ERRORS, peek
+from sluice.model import (
+    ConcurrencyLimit,
+    Dimension,
+    Limit,
+    Policy,
+    Resolution,
+    Resolver,
+    geometry,
+    limit_in_words,
+)
 
 __all__ = ["BucketUsage", "RouteLimits", "TenantLimits", "tenant_limits"]
 

@@ -35,8 +35,7 @@ from limits.traffic.replay import (
     could_reject,
     replay,
 )
-from sluice.resolver import Resolver
-from sluice.snapshot import Rules
+from sluice.model import Resolver, Rules
 
 __all__ = ["CAVEATS", "Impact", "ImpactRow", "impact_estimate"]
 

@@ -7,10 +7,12 @@ questions of it here:
   at all, judged from a few maxima (busiest second, minute, hour, day)? When
   the answer is no, it is certain, and the traffic is not replayed.
 * :func:`replay`: how many requests the limits would have rejected, minute by
-  minute. The buckets are the client's (``sluice.bucket.geometry``: the tick,
-  increment and capacity in microseconds the Lua script uses); a request fits
-  when ``debt + increment <= capacity`` for every limit, and a rejected request
-  charges no bucket, as in ``token_bucket.lua``.
+  minute. The buckets are the GCRA kind's (``sluice.model.geometry``: the
+  tick, increment and capacity in microseconds the Lua script uses); a request
+  fits when ``debt + increment <= capacity`` for every limit, and a rejected
+  request charges no bucket, as in ``token_bucket.lua``. The replay is GCRA's
+  alone: it steps whole seconds of requests at once, which a per-request
+  simulation (:class:`sluice.kinds.Shape`) could not do at its speed.
 
 How the replay can err (also in ``docs/stats.md``):
 
@@ -38,8 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sluice.bucket import geometry
-from sluice.snapshot import Dimension, Policy
+from sluice.model import Dimension, Policy, geometry
 
 __all__ = [
     "Bucket",

@@ -14,11 +14,12 @@ from limits.models import Tenant
 from limits.rules.compiling import rules_compile, rules_require_routable
 from limits.versions.selectors import snapshot_document, snapshot_get_active
 from sluice.engine import Engine
-from sluice.resolver import Resolution, Resolver
-from sluice.snapshot import (
+from sluice.model import (
     ConcurrencyLimit,
     Limit,
     Policy,
+    Resolution,
+    Resolver,
     Rules,
     Snapshot,
     describe_limit,

@@ -13,8 +13,8 @@ from django.db.models.fields.json import KeyTransform
 from limits.diff.diffing import EMPTY_RULES, RulesDiff, rules_diff
 from limits.models import Snapshot
 from limits.rules.compiling import rules_compile, rules_require_routable
-from sluice import snapshot
-from sluice.rules import Rules
+from sluice import model as sluice_model
+from sluice.model import Rules
 
 __all__ = [
     "ACTIVE",
@@ -32,7 +32,7 @@ __all__ = [
 
 #: Heavy columns that lists never need.
 _HEAVY = ("content", "content_gzip", "diff")
-_PARSED: OrderedDict[str, snapshot.Snapshot] = OrderedDict()
+_PARSED: OrderedDict[str, sluice_model.Snapshot] = OrderedDict()
 _PARSED_MAX = 4
 
 
@@ -89,18 +89,18 @@ def snapshot_list() -> QuerySet[Snapshot]:
     )
 
 
-def snapshot_document(row: Snapshot) -> snapshot.Snapshot:
+def snapshot_document(row: Snapshot) -> sluice_model.Snapshot:
     """The parsed document of a stored version; parsed once per process (rows never change)."""
     cached = _PARSED.get(row.hash)
     if cached is None:
-        cached = snapshot.Snapshot.from_bytes(bytes(row.content))
+        cached = sluice_model.Snapshot.from_bytes(bytes(row.content))
         _PARSED[row.hash] = cached
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
     return cached
 
 
-def snapshot_rules(row: Snapshot) -> snapshot.Rules:
+def snapshot_rules(row: Snapshot) -> sluice_model.Rules:
     """The rules of a stored version (parsed once per process and version)."""
     return snapshot_document(row).rules
 

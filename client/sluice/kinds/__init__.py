@@ -22,6 +22,7 @@ __all__ = [
     "kind_of",
     "register",
     "registered",
+    "unregister",
 ]
 
 #: limit value type -> its kind

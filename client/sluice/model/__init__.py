@@ -1,0 +1,167 @@
+"""The pure model of Sluice: what a rule set is, and what its limits mean.
+
+The value types (tiers, tenants, routes, policies, limits), their parsing,
+canonical form and validation, the resolver and the route table, and the limit
+kinds (:mod:`sluice.kinds`, one per algorithm). Everything here is pure: it imports
+neither redis nor the runtime (the limiter, the scripts, the stores), which an
+import contract in ``pyproject.toml`` and ``tests/client/test_model.py`` (redis
+made unimportable) enforce. The control plane imports the client through this
+module only for the format; gateways enforce with the very same types.
+
+The names live in their own modules (``sluice.rules``, ``sluice.resolver``...),
+which stay importable as they are; this module gathers them in one place.
+"""
+
+from __future__ import annotations
+
+from sluice.canonical import canonical_json
+from sluice.errors import (
+    EnforcementError,
+    SnapshotError,
+)
+from sluice.kinds import (
+    GCRA,
+    Advertised,
+    Direction,
+    LimitKind,
+    Shape,
+    kind_of,
+    register,
+    registered,
+    unregister,
+)
+from sluice.kinds.gcra import (
+    Gcra,
+    Geometry,
+    admits,
+    geometry,
+)
+from sluice.parsing import (
+    parse_concurrency,
+    parse_limit,
+    parse_policy,
+    parse_route,
+    parse_rules,
+    parse_snapshot_fields,
+)
+from sluice.quota import (
+    DEFAULT_LEASE_MS,
+    DEFAULT_TIMEOUT,
+    MAX_LEASE_MS,
+    MAX_PUBLIC_DESCRIPTION,
+    MAX_PUBLIC_NAME,
+    MAX_SHARDS,
+    MAX_TIMEOUT,
+    PERIOD_WORDS,
+    PERIODS,
+    ConcurrencyLimit,
+    Dimension,
+    Limit,
+    describe_limit,
+    limit_in_words,
+    public_description,
+    public_name,
+)
+from sluice.resolver import (
+    Candidate,
+    Level,
+    Resolution,
+    Resolver,
+    resolve,
+)
+from sluice.routing import (
+    HTTP_METHODS,
+    PatternError,
+    RouteTable,
+    parse_path_pattern,
+)
+from sluice.rules import (
+    ALL_ROUTES,
+    DEFAULT_SCOPE,
+    FailureMode,
+    Policy,
+    Route,
+    Rules,
+    ScopeKind,
+    fallback_rules,
+    format_time,
+    scope_key,
+    whole_seconds,
+)
+from sluice.snapshot import (
+    FORMAT_VERSION,
+    Snapshot,
+)
+from sluice.validation import (
+    Problem,
+    policy_problems,
+    policy_ref,
+    validate_rules,
+)
+
+__all__ = [
+    "ALL_ROUTES",
+    "DEFAULT_LEASE_MS",
+    "DEFAULT_SCOPE",
+    "DEFAULT_TIMEOUT",
+    "FORMAT_VERSION",
+    "GCRA",
+    "HTTP_METHODS",
+    "MAX_LEASE_MS",
+    "MAX_PUBLIC_DESCRIPTION",
+    "MAX_PUBLIC_NAME",
+    "MAX_SHARDS",
+    "MAX_TIMEOUT",
+    "PERIODS",
+    "PERIOD_WORDS",
+    "Advertised",
+    "Candidate",
+    "ConcurrencyLimit",
+    "Dimension",
+    "Direction",
+    "EnforcementError",
+    "FailureMode",
+    "Gcra",
+    "Geometry",
+    "Level",
+    "Limit",
+    "LimitKind",
+    "PatternError",
+    "Policy",
+    "Problem",
+    "Resolution",
+    "Resolver",
+    "Route",
+    "RouteTable",
+    "Rules",
+    "ScopeKind",
+    "Shape",
+    "Snapshot",
+    "SnapshotError",
+    "admits",
+    "canonical_json",
+    "describe_limit",
+    "fallback_rules",
+    "format_time",
+    "geometry",
+    "kind_of",
+    "limit_in_words",
+    "parse_concurrency",
+    "parse_limit",
+    "parse_path_pattern",
+    "parse_policy",
+    "parse_route",
+    "parse_rules",
+    "parse_snapshot_fields",
+    "policy_problems",
+    "policy_ref",
+    "public_description",
+    "public_name",
+    "register",
+    "registered",
+    "resolve",
+    "scope_key",
+    "unregister",
+    "validate_rules",
+    "whole_seconds",
+]
