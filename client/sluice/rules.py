@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from .canonical import canonical_json
+from .kinds import limit_order
 from .quota import PERIODS, ConcurrencyLimit, Dimension, Limit, describe_limit
 
 __all__ = [
@@ -127,7 +128,7 @@ class Policy:
             "route": self.route,
             "expires_at": format_time(self.expires_at) if self.expires_at else None,
             "limits": [
-                limit.to_json() for limit in sorted(self.limits, key=Limit.sort_key)
+                limit.to_json() for limit in sorted(self.limits, key=limit_order)
             ],
         }
         if self.concurrency:  # optional member: absent keeps older bytes unchanged

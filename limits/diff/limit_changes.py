@@ -16,6 +16,7 @@ from sluice.model import (
     Limit,
     Policy,
     describe_limit,
+    limit_order,
     parse_concurrency,
     parse_limit,
 )
@@ -145,4 +146,4 @@ def everything(policy: Policy) -> list[Limit | ConcurrencyLimit]:
 
 
 def _sorted(limits: tuple[Limit, ...]) -> list[Limit]:
-    return sorted(limits, key=Limit.sort_key)
+    return sorted(limits, key=limit_order)

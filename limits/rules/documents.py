@@ -168,7 +168,7 @@ def limit_value(
 
 def policy_document(value: sluice_model.Policy, *, reason: str = "") -> Document:
     """A policy as a document: scope, route, expiry, reason and canonical limits."""
-    limits = sorted(value.limits, key=sluice_model.Limit.sort_key)
+    limits = sorted(value.limits, key=sluice_model.limit_order)
     caps = sorted(value.concurrency, key=sluice_model.ConcurrencyLimit.sort_key)
     return {
         "scope": value.scope,

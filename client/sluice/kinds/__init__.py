@@ -20,6 +20,7 @@ __all__ = [
     "LimitKind",
     "Shape",
     "kind_of",
+    "limit_order",
     "register",
     "registered",
     "unregister",
@@ -57,6 +58,12 @@ def registered() -> tuple[LimitKind, ...]:
 def kind_of(limit: object) -> LimitKind:
     """The kind of ``limit``; KeyError when its type has none."""
     return _KINDS[type(limit)]
+
+
+def limit_order(limit: Any) -> tuple[str, Any]:
+    """Where ``limit`` goes in the canonical order of a policy's limits: by kind
+    name, then by its own ``sort_key()``. Limits of one kind keep their order."""
+    return (_KINDS[type(limit)].name, limit.sort_key())
 
 
 register(GCRA)
