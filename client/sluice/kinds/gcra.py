@@ -44,11 +44,13 @@ class Geometry:
 
     def remaining(self, debt: int) -> int:
         """Whole tokens in a bucket that owes ``debt`` µs of refill."""
-        return max(0, (self.capacity - debt) // self.tick)
+        left = (self.capacity - debt) // self.tick
+        return left if left > 0 else 0  # not max(): this runs per limit per decision
 
     def wait(self, debt: int) -> int:
         """µs until a request fits a bucket that owes ``debt`` (0 when it fits now)."""
-        return max(0, debt + self.increment - self.capacity)
+        wait = debt + self.increment - self.capacity
+        return wait if wait > 0 else 0
 
     def reset(self, debt: int) -> int:
         """µs until the bucket is full: its debt."""
