@@ -27,9 +27,7 @@ class LimitPlan:
 
     limit: Limit
     dimension: Dimension  #: the limit's, kept at hand for the hot path
-    name: (
-        str  #: the policy name in RateLimit headers, e.g. ``<dimension>-<period unit>``
-    )
+    name: str  #: the policy name in RateLimit headers (GCRA: ``user-s``)
     template: str  #: the bucket key template, see :func:`.keys.key_template`
     shape: Shape  #: the limit in script units, from its kind
     quota: int  #: IETF ``q``, from its kind

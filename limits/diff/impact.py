@@ -3,8 +3,9 @@
 ``limits.diff.diffing`` asks two questions of every change and answers them here:
 
 * **Direction** (:func:`compare_limits`, :class:`Probe`): does a client get
-  more or less? Limits of a token bucket are compared member by member for the
-  same dimension and period; a change that hurts any client counts as lowered.
+  more or less? Limits for the same dimension and period are compared by their
+  kind (``sluice.kinds``, ``LimitKind.direction``: GCRA member by member); a
+  change that hurts any client counts as lowered.
 * **Reach** (:class:`Reach`): which tiers and tenants may see their effective
   limits change. It is computed from the changed policy's scope, never by
   resolving every tenant on every route, so it stays cheap with 100,000 tenants.
