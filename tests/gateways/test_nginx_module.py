@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,9 +34,12 @@ from tests.celery_fixtures import wait_until
 from tests.client.protocol_server import ProtocolServer
 from tests.conformance import corpus
 from tests.gateways import servers
-from tests.gateways.conftest import call
+from tests.gateways.conftest import Answer, call
 from tests.servers import RedisServer, free_port
 from tests.signing import TEST_SIGNING_KEY, keys_file
+
+#: How long CLIENT PAUSE holds Redis's clients: well past the requests sent meanwhile.
+PAUSE_MS = 10_000
 
 
 @pytest.fixture
@@ -313,6 +317,75 @@ def test_nginx_module__redis_stalls__each_route_fails_its_way_within_the_timeout
     finally:
         process.stop()
         stalled.cleanup()
+
+
+def decided_by_redis(port: int, tenant: str) -> bool:
+    """Whether a search of ``tenant`` through nginx on ``port`` was decided on Redis."""
+    answer = call(port, "/v1/search", tenant=tenant)
+    return answer.status == 200 and "sluice-degraded" not in answer.headers
+
+
+def all_at_once(port: int, requests: list[tuple[str, str]]) -> list[Answer]:
+    """``(path, tenant)`` requests sent together, each on its own connection."""
+    with ThreadPoolExecutor(len(requests)) as pool:
+        return list(pool.map(lambda r: call(port, r[0], tenant=r[1]), requests))
+
+
+def test_nginx_module__pipelined_redis_paused_then_killed__failure_modes_then_redis_again(
+    backend, tmp_path, cache_dir, rules_server
+):
+    # Given nginx whose worker pipelines its script calls on one connection (the
+    # default), with a 200 ms Redis timeout, deciding on Redis
+    store = RedisServer().start()
+    port = free_port()
+    process = servers.nginx_module(
+        tmp_path,
+        port=port,
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=store.port,
+        token=rules_server.token,
+        cache=cache_dir,
+        redis_timeout_ms=200,
+    ).start()
+    requests = [("/v1/orders/5", f"pause-{i}") for i in range(8)]
+    requests += [("/v1/search", f"pause-{i}") for i in range(8)]
+    try:
+        wait_applied(rules_server)
+        assert decided_by_redis(port, "pause-t")
+        # When Redis holds every client's commands (CLIENT PAUSE, longer than the
+        # requests take), and requests of both failure modes come at once
+        redis.Redis(port=store.port).client_pause(PAUSE_MS, all=True)
+        paused = all_at_once(port, requests)
+        # Then every one is answered by its route's failure mode, none waits for Redis
+        assert [(a.status, a.headers.get("sluice-degraded")) for a in paused] == [
+            (503, "closed")
+        ] * 8 + [(200, "open")] * 8
+        # and once the pause is over, Redis decides again on the same worker
+        wait_until(
+            lambda: decided_by_redis(port, "pause-t"),
+            timeout=60,
+            every=0.1,
+            why="Redis to decide again after the pause",
+        )
+        # When Redis is killed (the worker's connection breaks)
+        store.kill()
+        killed = all_at_once(port, requests)
+        # Then the same failure modes answer
+        assert [(a.status, a.headers.get("sluice-degraded")) for a in killed] == [
+            (503, "closed")
+        ] * 8 + [(200, "open")] * 8
+        # and a Redis started again on its port decides again (a new connection)
+        store.start()
+        wait_until(
+            lambda: decided_by_redis(port, "pause-t"),
+            timeout=60,
+            every=0.1,
+            why="Redis to decide again after its restart",
+        )
+    finally:
+        process.stop()
+        store.cleanup()
 
 
 def test_nginx_module__scheduled_version__takes_over_at_its_time(

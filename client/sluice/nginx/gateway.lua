@@ -60,6 +60,7 @@ function _M.new(options)
       db = options.redis_db,
       password = options.redis_password,
       timeout = options.redis_timeout or 5,
+      pipelining = options.redis_pipelining,
     }),
     engines = nil,
     current = nil,
@@ -82,6 +83,7 @@ function _M.new(options)
       db = options.events_redis_db or options.redis_db,
       password = options.redis_password,
       timeout = 1000,
+      pipelining = false, -- its own batches, from its own timer
     }), { gateway_id = self.gateway_id })
   end
   return self
@@ -110,6 +112,7 @@ function Gateway:start()
   math.randomseed(floor(ngx.now() * 1000) + ngx.worker.pid())
   self.prefix = string.format("%08x:%d:", math.random(0, 0x7fffffff), ngx.worker.pid())
   self:reset_state()
+  self.redis:start()
   self.engines = rules.fallback(options)
   local ask_time = alone(function()
     return self:ask_time()

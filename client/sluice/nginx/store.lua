@@ -6,11 +6,17 @@
 -- of a policy in one call, on Redis's clock), hot.lua (with concurrency slots),
 -- release.lua and charge.lua. A NOSCRIPT reply (after SCRIPT FLUSH, a restart, a
 -- failover) loads the script and runs it again.
+--
+-- With `pipelining` (the default), the scripts a worker runs share one connection
+-- and go in batches (sluice.nginx.pipeline); without it, or while the worker's
+-- flusher is not there (at exit), each call takes a pooled connection of its own.
 
 local ok, redis = pcall(require, "resty.redis")
 if not ok then
   redis = require "nginx.redis" -- Debian's lua-nginx-redis
 end
+
+local pipeline = require "sluice.nginx.pipeline"
 
 local _M = {}
 
@@ -36,9 +42,10 @@ end
 local Store = {}
 Store.__index = Store
 
---- A store on Redis `host`:`port` (database `db`), `timeout` ms per call.
+--- A store on Redis `host`:`port` (database `db`), `timeout` ms per call; its
+--- scripts auto-pipelined unless `pipelining` is false.
 function _M.new(options)
-  return setmetatable({
+  local self = setmetatable({
     host = options.host,
     port = options.port,
     db = options.db or 0,
@@ -46,6 +53,17 @@ function _M.new(options)
     timeout = options.timeout or 5,
     pool_size = options.pool_size or 64,
   }, Store)
+  if options.pipelining ~= false then
+    self.lane = pipeline.new(self)
+  end
+  return self
+end
+
+--- In init_worker: the worker's flusher, when the store pipelines.
+function Store:start()
+  if self.lane then
+    self.lane:start()
+  end
 end
 
 --- A connected client from the pool, or nil and an error.
@@ -80,16 +98,20 @@ end
 --- A connection is pooled again only after a whole reply (a late one is never read
 --- as another call's).
 function Store:run(script, keys, args, timeout)
+  local argv = { unpack(keys) }
+  for i = 1, #args do
+    argv[#keys + i] = args[i]
+  end
+  local lane = self.lane
+  if lane and lane.running then
+    return lane:run(script, #keys, argv, timeout or self.timeout)
+  end
   local red, err = self:connect(timeout)
   if not red then
     return nil, err
   end
   -- nil and an error: the connection failed (closed, never pooled); false and
   -- the message: an error reply, read whole
-  local argv = { unpack(keys) }
-  for i = 1, #args do
-    argv[#keys + i] = args[i]
-  end
   local reply
   reply, err = red:evalsha(script.sha, #keys, unpack(argv))
   if reply == false and err and err:find("NOSCRIPT", 1, true) then
