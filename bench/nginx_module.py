@@ -44,7 +44,7 @@ from pathlib import Path
 
 import redis
 
-from bench.common import machine_line, percentile, spread
+from bench.common import machine_line, median, percentile, spread
 from bench.gateways import TENANTS, http_rate, paced_latencies, upstream_envoy
 from bench.load import load_rules
 from sluice import Bundle
@@ -260,15 +260,13 @@ async def measure(
             used = cpu_seconds(cpu[name]) - before
             capacity[name].append(rate)
             CPU_PER_REQUEST.setdefault(name, []).append(1e6 * used / (rate * seconds))
-    module = sorted(capacity["module"])[repeats // 2]
-    forward = sorted(capacity["forward-auth"])[repeats // 2]
     latencies: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for share in (50, 90):
         for _ in range(repeats):
             for name, port in ports.items():
                 if name in CAPACITY_ONLY:
                     continue
-                base = forward if name == "forward-auth" else module
+                base = median(capacity[name if name in OWN_RATE else "module"])
                 ordered = await paced_latencies(port, base * share / 100, seconds)
                 latencies.setdefault((name, share), []).append(
                     (percentile(ordered, 0.5), percentile(ordered, 0.99))
@@ -276,9 +274,14 @@ async def measure(
     return capacity, latencies
 
 
+#: the module with a pooled connection per call instead of the worker's auto-pipelining
+PER_CALL = "module, a connection per call"
 #: the variants measured for capacity only (where a decision's cost goes)
 ITSELF, FLOOR_NAME = "module answering itself", "EVALSHA floor"
-CAPACITY_ONLY = (ITSELF, FLOOR_NAME)
+ITSELF_PER_CALL = "module answering itself, a connection per call"
+CAPACITY_ONLY = (ITSELF, ITSELF_PER_CALL, FLOOR_NAME)
+#: the variants paced at shares of their own capacity (the others: of the module's)
+OWN_RATE = ("forward-auth", PER_CALL)
 
 #: µs of CPU per request, per gateway (nginx's worker; forward-auth: and the service's)
 CPU_PER_REQUEST: dict[str, list[float]] = {}
@@ -290,8 +293,7 @@ def report(
     evalsha: list[float],
     redis_us: float,
 ) -> None:
-    module = sorted(capacity["module"])[len(capacity["module"]) // 2]
-    forward = sorted(capacity["forward-auth"])[len(capacity["forward-auth"]) // 2]
+    rate = {name: median(values) for name, values in capacity.items()}
     print(
         "| nginx | requests/s at 64 connections | p50 / p99 ms at 50 % | p50 / p99 ms at 90 % |"
     )
@@ -307,46 +309,56 @@ def report(
             )
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(
-        f"\nRates: 50 % and 90 % of the module's capacity ({module * 0.5:.0f} and "
-        f"{module * 0.9:.0f} req/s); forward-auth at 50 % and 90 % of its own "
-        f"({forward * 0.5:.0f} and {forward * 0.9:.0f} req/s).\n"
-    )
-    for share in (50, 90):
-        added = [
-            m[1] - n[1]
-            for m, n in zip(
-                latencies[("module", share)],
-                latencies[("no limit", share)],
-                strict=True,
-            )
-        ]
-        print(
-            f"- p99 added by the module at {share} % of its capacity: "
-            f"{spread(added, 2)} ms (target at 50 %: under 1 ms)"
+        "\nRates: 50 % and 90 % of the module's capacity "
+        f"({rate['module'] * 0.5:.0f} and {rate['module'] * 0.9:.0f} req/s); "
+        + "; ".join(
+            f"{name} at 50 % and 90 % of its own ({rate[name] * 0.5:.0f} and "
+            f"{rate[name] * 0.9:.0f} req/s)"
+            for name in OWN_RATE
         )
+        + ".\n"
+    )
+    for name in ("module", PER_CALL):
+        for share in (50, 90):
+            added = [
+                m[1] - n[1]
+                for m, n in zip(
+                    latencies[(name, share)],
+                    latencies[("no limit", share)],
+                    strict=True,
+                )
+            ]
+            print(
+                f"- p99 added by the {name} at {share} % of its capacity: "
+                f"{spread(added, 2)} ms (target at 50 %: under 1 ms)"
+            )
     print(
         "- CPU per request (µs): "
         + ", ".join(f"{name} {spread(CPU_PER_REQUEST[name], 0)}" for name in capacity)
         + " (forward-auth: nginx and the decision service)"
     )
-    benchmark = sorted(evalsha)[len(evalsha) // 2]
-    itself = sorted(capacity[ITSELF])[len(capacity[ITSELF]) // 2]
-    floor = sorted(capacity[FLOOR_NAME])[len(capacity[FLOOR_NAME]) // 2]
+    benchmark = median(evalsha)
     print(
         f"- redis-benchmark EVALSHA of the same script (50 clients): {spread(evalsha, 0)}/s; "
-        f"the module's decisions/s are {module / benchmark:.2f} x that proxying, "
-        f"{itself / benchmark:.2f} x answering itself ({spread(capacity[ITSELF], 0)}/s) "
-        f"(target: at least 0.5); Redis spends {redis_us:.1f} µs per EVALSHA of the module's"
+        f"Redis spends {redis_us:.1f} µs per EVALSHA of the gateways'"
+    )
+    for name in ("module", PER_CALL, ITSELF, ITSELF_PER_CALL, FLOOR_NAME):
+        print(
+            f"- {name}: {spread(capacity[name], 0)}/s = "
+            f"{rate[name] / benchmark:.2f} x redis-benchmark (target, answering "
+            f"itself: at least 0.5), {spread(CPU_PER_REQUEST[name], 0)} µs of CPU per request"
+        )
+    ratios = [
+        a / b for a, b in zip(capacity[ITSELF], capacity[ITSELF_PER_CALL], strict=True)
+    ]
+    print(
+        f"- auto-pipelined against a connection per call, answering itself: "
+        f"{spread(ratios, 2)} x within each repeat; proxying: "
+        f"{rate['module'] / rate[PER_CALL]:.2f} x; the floor: {rate[ITSELF] / rate[FLOOR_NAME]:.2f} x"
     )
     print(
-        f"- the EVALSHA floor (Lua running only the script, answering itself): "
-        f"{spread(capacity[FLOOR_NAME], 0)}/s = {floor / benchmark:.2f} x redis-benchmark, "
-        f"{spread(CPU_PER_REQUEST[FLOOR_NAME], 0)} µs of CPU per request; the module "
-        f"answering itself reaches {itself / floor:.2f} x the floor"
-    )
-    print(
-        f"- the module's capacity is {module / sorted(capacity['no limit'])[len(capacity['no limit']) // 2]:.2f} x "
-        f"nginx without a limit, {module / forward:.2f} x forward-auth\n"
+        f"- the module's capacity is {rate['module'] / rate['no limit']:.2f} x "
+        f"nginx without a limit, {rate['module'] / rate['forward-auth']:.2f} x forward-auth\n"
     )
 
 
@@ -391,6 +403,17 @@ def main() -> None:
                 gateway_id="bench-nginx-module",
                 poll_interval=5.0,
             ),
+            PER_CALL: servers.nginx_module(
+                workdir,
+                port=free_port(),
+                backend=upstream.port,
+                control_plane=control_plane,
+                redis=store.port,
+                token=rules_server.token,
+                gateway_id="bench-nginx-per-call",
+                poll_interval=5.0,
+                options="redis_pipelining = false,",
+            ),
             "forward-auth": servers.nginx(
                 workdir,
                 port=free_port(),
@@ -407,6 +430,19 @@ def main() -> None:
                     token=rules_server.token,
                     gateway_id="bench-nginx-itself",
                     poll_interval=5.0,
+                )
+            ),
+            ITSELF_PER_CALL: answering_itself(
+                servers.nginx_module(
+                    workdir,
+                    port=free_port(),
+                    backend=upstream.port,
+                    control_plane=control_plane,
+                    redis=store.port,
+                    token=rules_server.token,
+                    gateway_id="bench-nginx-itself-per-call",
+                    poll_interval=5.0,
+                    options="redis_pipelining = false,",
                 )
             ),
             FLOOR_NAME: evalsha_floor(workdir, store.port, bundle),
