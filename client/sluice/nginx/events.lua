@@ -4,9 +4,10 @@
 --   XADD sluice:decisions MAXLEN ~ 100000 * v 1 gw <gateway id> dropped <n>
 --        events [[epoch ms, tenant, route, policy, version, outcome, limit, count], ...]
 --
--- A request pays for one table append. Identical decisions of one second are counted
--- together. A flush that fails keeps its records for the next one; past `capacity`
--- events held, new ones are dropped and counted, never waited for.
+-- Identical decisions of one second are counted together as they come: a request
+-- pays for a few table lookups. A flush that fails keeps its records for the next
+-- one; past `capacity` decisions held, new ones are dropped and counted, never
+-- waited for.
 
 local cjson = require "cjson.safe"
 
@@ -26,66 +27,74 @@ function _M.new(store, options)
     batch = options.batch or 500,
     maxlen = options.maxlen or 100000,
     timeout = options.timeout or 1000,
-    buffer = {},
     retry = {}, retry_events = 0, retry_rehearsals = {},
     dropped = 0, reported = 0, written = 0,
-  }, Events)
+  }, Events):reset()
 end
 
---- Buffer one decision of `tenant` (nil: anonymous).
+--- Nothing counted since the last flush.
+function Events:reset()
+  self.held = 0 -- decisions counted in `records`
+  self.records, self.index = {}, {} -- index[second][tenant][route][policy][version][outcome][limit]
+  self.rehearsals, self.rehearsal_index = {}, {} -- [second][tenant][route][version]
+  return self
+end
+
+local function child(index, key)
+  local found = index[key]
+  if found == nil then
+    found = {}
+    index[key] = found
+  end
+  return found
+end
+
+--- Count one decision of `tenant` (nil: anonymous) into its record of the second,
+--- and its rehearsal's: lookups in nested tables, no allocation once a record exists
+--- (a table per request held for a second cost the worker more than the rest).
 function Events:add(tenant, decision)
-  local buffer = self.buffer
-  if #buffer + self.retry_events >= self.capacity then
+  if self.held + self.retry_events >= self.capacity then
     self.dropped = self.dropped + 1
     return
   end
+  self.held = self.held + 1
   local limit = ""
   if decision.outcome == "limited" and decision.deciding then
     limit = decision.deciding.name
   end
-  buffer[#buffer + 1] = {
-    floor(decision.at > 0 and decision.at or ngx.now()),
-    tenant or "", decision.route or "", decision.policy.ref,
-    decision.version, decision.outcome, limit,
-    decision.rehearsed or false, -- {version, rejected}: what a scheduled version said
-  }
+  local second = floor(decision.at > 0 and decision.at or ngx.now())
+  tenant = tenant or ""
+  local route, policy, version = decision.route or "", decision.policy.ref, decision.version
+  local outcomes = child(child(child(child(child(self.index, second), tenant), route), policy),
+    version)
+  local limits = child(outcomes, decision.outcome)
+  local record = limits[limit]
+  if record == nil then
+    record = { second * 1000, tenant, route, policy, version, decision.outcome, limit, 0 }
+    limits[limit] = record
+    self.records[#self.records + 1] = record
+  end
+  record[8] = record[8] + 1
+  local rehearsed = decision.rehearsed -- {version, rejected}: what a scheduled version said
+  if rehearsed then
+    local versions = child(child(self.rehearsal_index, second), tenant)
+    local by_route = child(versions, route)
+    record = by_route[rehearsed[1]]
+    if record == nil then
+      record = { second * 1000, tenant, route, rehearsed[1], 0, 0 }
+      by_route[rehearsed[1]] = record
+      self.rehearsals[#self.rehearsals + 1] = record
+    end
+    record[5] = record[5] + 1
+    record[6] = record[6] + (rehearsed[2] and 1 or 0)
+  end
 end
 
---- Rehearsal records: per second, tenant, route and rehearsed version, the requests
---- that rehearsed it and those it would have rejected.
-local function count_rehearsals(events, records)
-  local counts = {}
-  for _, e in ipairs(events) do
-    local rehearsed = e[8]
-    if rehearsed then
-      local key = table.concat({ e[1], e[2], e[3], rehearsed[1] }, "\0")
-      local record = counts[key]
-      if record == nil then
-        record = { e[1] * 1000, e[2], e[3], rehearsed[1], 0, 0 }
-        counts[key] = record
-        records[#records + 1] = record
-      end
-      record[5] = record[5] + 1
-      record[6] = record[6] + (rehearsed[2] and 1 or 0)
-    end
+local function append(into, records)
+  for _, record in ipairs(records) do
+    into[#into + 1] = record
   end
-  return records
-end
-
-local function count(events)
-  local counts, records = {}, {}
-  for _, e in ipairs(events) do
-    local key = table.concat(e, "\0", 1, 7)
-    local record = counts[key]
-    if record then
-      record[8] = record[8] + 1
-    else
-      record = { e[1] * 1000, e[2], e[3], e[4], e[5], e[6], e[7], 1 }
-      counts[key] = record
-      records[#records + 1] = record
-    end
-  end
-  return records
+  return into
 end
 
 local function json(records)
@@ -97,18 +106,14 @@ end
 
 --- Write what is held now; keep it for the next flush if Redis fails.
 function Events:flush()
-  local events = self.buffer
-  if #events == 0 and #self.retry == 0 and #self.retry_rehearsals == 0
+  if self.held == 0 and #self.retry == 0 and #self.retry_rehearsals == 0
     and self.dropped == self.reported then
     return
   end
-  self.buffer = {}
-  local records = self.retry
-  for _, record in ipairs(count(events)) do
-    records[#records + 1] = record
-  end
-  local rehearsals = count_rehearsals(events, self.retry_rehearsals)
-  local held = self.retry_events + #events
+  local records = append(self.retry, self.records)
+  local rehearsals = append(self.retry_rehearsals, self.rehearsals)
+  local held = self.retry_events + self.held
+  self:reset()
   local dropped = self.dropped
   local commands = {}
   local entries = math.max(math.ceil(#records / self.batch), math.ceil(#rehearsals / self.batch), 1)

@@ -216,10 +216,15 @@ local function cost_of(raw)
   return cost
 end
 
+local function byte_of(hex)
+  return string.char(tonumber(hex, 16))
+end
+
 local function unquote(text)
-  return (text:gsub("%%(%x%x)", function(hex)
-    return string.char(tonumber(hex, 16))
-  end))
+  if not text:find("%", 1, true) then -- most paths: no closure, no gsub
+    return text
+  end
+  return (text:gsub("%%(%x%x)", byte_of))
 end
 
 --- What the request says: method, path (no query, percent-decoded), identity, cost.

@@ -20,6 +20,9 @@ local semaphore = require "ngx.semaphore"
 
 local max = math.max
 
+--- Semaphores kept for the next calls (a new one costs an allocation and a finalizer).
+local SPARE = 256
+
 local _M = {}
 
 local Lane = {}
@@ -30,6 +33,7 @@ function _M.new(store)
   return setmetatable({
     store = store,
     queue = {},
+    spare = {}, -- semaphores of answered calls, for the next ones
     wake = semaphore.new(0),
     idle = false, -- the flusher waits on `wake` for a first call
     running = false, -- a flusher is there to send what is queued
@@ -41,7 +45,10 @@ end
 --- Run `script` with `argv` (keys, then arguments) in the next batch: its reply,
 --- or nil and an error ("timeout" past `timeout` ms).
 function Lane:run(script, nkeys, argv, timeout)
-  local call = { script = script, nkeys = nkeys, argv = argv, done = semaphore.new(0),
+  local spare = self.spare
+  local done = spare[#spare] or semaphore.new(0)
+  spare[#spare] = nil
+  local call = { script = script, nkeys = nkeys, argv = argv, done = done,
     deadline = ngx.now() + timeout / 1000 }
   local queue = self.queue
   queue[#queue + 1] = call
@@ -49,10 +56,13 @@ function Lane:run(script, nkeys, argv, timeout)
     self.idle = false
     self.wake:post(1)
   end
-  local woken, err = call.done:wait(timeout / 1000)
+  local woken, err = done:wait(timeout / 1000)
   if not woken then
     call.abandoned = true -- not sent yet: never will be; sent: its reply is dropped
-    return nil, err
+    return nil, err -- and `done` is not reused: the flusher may still post it
+  end
+  if #spare < SPARE then -- back to 0, as new
+    spare[#spare + 1] = done
   end
   return call.reply, call.err
 end
