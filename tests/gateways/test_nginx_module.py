@@ -388,6 +388,27 @@ def test_nginx_module__pipelined_redis_paused_then_killed__failure_modes_then_re
         store.cleanup()
 
 
+def test_nginx_module__reloaded_then_quit_gracefully__new_workers_decide_and_all_end(
+    start_nginx, rules_server
+):
+    # Given nginx deciding on Redis through its worker's pipelined connection
+    port, process = start_nginx(port_of(rules_server))
+    wait_applied(rules_server)
+    assert decided_by_redis(port, "quit-t")
+    # When it is reloaded (new workers, each with its own flusher)
+    process.process.send_signal(signal.SIGHUP)
+    # Then the new workers decide on Redis
+    wait_until(
+        lambda: decided_by_redis(port, "quit-t"),
+        timeout=60,
+        every=0.1,
+        why="the new workers to decide",
+    )
+    # and a graceful quit ends every worker: no flusher keeps one waiting
+    process.process.send_signal(signal.SIGQUIT)
+    assert process.process.wait(timeout=30) == 0
+
+
 def test_nginx_module__scheduled_version__takes_over_at_its_time(
     start_nginx, rules_server
 ):
