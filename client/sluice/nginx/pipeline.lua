@@ -42,13 +42,13 @@ function _M.new(store)
   }, Lane)
 end
 
---- Run `script` with `argv` (keys, then arguments) in the next batch: its reply,
---- or nil and an error ("timeout" past `timeout` ms).
-function Lane:run(script, nkeys, argv, timeout)
+--- Run `script` on `keys` and `args` in the next batch: its reply, or nil and an
+--- error ("timeout" past `timeout` ms).
+function Lane:run(script, keys, args, timeout)
   local spare = self.spare
   local done = spare[#spare] or semaphore.new(0)
   spare[#spare] = nil
-  local call = { script = script, nkeys = nkeys, argv = argv, done = done,
+  local call = { script = script, keys = keys, args = args, done = done,
     deadline = ngx.now() + timeout / 1000 }
   local queue = self.queue
   queue[#queue + 1] = call
@@ -136,7 +136,7 @@ function Lane:exchange(items, encode)
 end
 
 local function encode_call(fragments, call)
-  resp.evalsha(fragments, call.script.sha, call.nkeys, call.argv)
+  resp.evalsha(fragments, call.script.sha, call.keys, call.args)
 end
 
 local function encode_load(fragments, script)

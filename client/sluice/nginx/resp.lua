@@ -23,6 +23,7 @@ local function append(fragments, n, argv)
     fragments[n + 4], fragments[n + 5] = arg, "\r\n"
     n = n + 5
   end
+  return n
 end
 
 --- Append the command `argv` (strings; other values by tostring) to `fragments`.
@@ -32,15 +33,15 @@ function _M.command(fragments, argv)
   append(fragments, n + 3, argv)
 end
 
---- Append EVALSHA of `sha` on `argv` (its `nkeys` keys, then its arguments).
-function _M.evalsha(fragments, sha, nkeys, argv)
-  local n = #fragments
-  fragments[n + 1], fragments[n + 2] = "*", #argv + 3
+--- Append EVALSHA of `sha` on `keys`, then `args`.
+function _M.evalsha(fragments, sha, keys, args)
+  local n, nkeys = #fragments, tostring(#keys)
+  fragments[n + 1], fragments[n + 2] = "*", #keys + #args + 3
   fragments[n + 3], fragments[n + 4] = "\r\n$7\r\nEVALSHA\r\n$40\r\n", sha
-  nkeys = tostring(nkeys)
   fragments[n + 5], fragments[n + 6], fragments[n + 7] = "\r\n$", #nkeys, "\r\n"
   fragments[n + 8], fragments[n + 9] = nkeys, "\r\n"
-  append(fragments, n + 9, argv)
+  n = append(fragments, n + 9, keys)
+  append(fragments, n, args)
 end
 
 local parse

@@ -98,17 +98,17 @@ end
 --- A connection is pooled again only after a whole reply (a late one is never read
 --- as another call's).
 function Store:run(script, keys, args, timeout)
-  local argv = { unpack(keys) }
-  for i = 1, #args do
-    argv[#keys + i] = args[i]
-  end
   local lane = self.lane
   if lane and lane.running then
-    return lane:run(script, #keys, argv, timeout or self.timeout)
+    return lane:run(script, keys, args, timeout or self.timeout)
   end
   local red, err = self:connect(timeout)
   if not red then
     return nil, err
+  end
+  local argv = { unpack(keys) }
+  for i = 1, #args do
+    argv[#keys + i] = args[i]
   end
   -- nil and an error: the connection failed (closed, never pooled); false and
   -- the message: an error reply, read whole
