@@ -1,30 +1,36 @@
 """nginx enforcing with Sluice's Lua module, against nginx without it, with limit_req, and through forward-auth.
 
-Four nginx, one worker each, in front of the same upstream (an Envoy that
+Five nginx, one worker each, in front of the same upstream (an Envoy that
 answers 200 itself), on the same Redis:
 
 - **no limit**: nginx proxying, nothing else;
 - **limit_req**: nginx's own in-memory limiter, per tenant (generous: never rejects);
 - **module**: ``docs/gateways/nginx-module.conf``: one EVALSHA of the client's
-  token-bucket script per request, decision events on;
+  token-bucket script per request, auto-pipelined by the worker's flusher,
+  decision events on;
+- **module, a connection per call**: the same with ``redis_pipelining = false``
+  (a pooled connection per EVALSHA: what the module did before);
 - **forward-auth**: ``docs/gateways/nginx.conf``: ``auth_request`` to the decision
   service (``sluice-decide``), which runs the same script.
 
-Two more, for capacity only, to say where a decision's cost goes: the **module
-answering itself** (the same configuration with ``proxy_pass`` replaced by a 204
-from Lua: decisions/s with no upstream, what the target against
-``redis-benchmark`` compares), and the **EVALSHA floor**: an ``access_by_lua``
-that only runs the same script with the same keys over a pooled lua-resty-redis
-connection, the least any Lua module making one Redis call per request costs.
+Three more, for capacity only, to say where a decision's cost goes: the
+**module answering itself**, auto-pipelined and with a connection per call
+(the same configuration with ``proxy_pass`` replaced by a 204 from Lua:
+decisions/s with no upstream, what the target against ``redis-benchmark``
+compares), and the **EVALSHA floor**: an ``access_by_lua`` that only runs the
+same script with the same keys over a pooled lua-resty-redis connection, the
+least a Lua module making its own Redis call per request costs.
 
 For each: requests per second at 64 connections (its capacity, measured with
 ``wrk`` when it is installed, ``apt-get install wrk``, else with the Python
 load generator of ``bench/gateways.py``, which is then the bottleneck), and the
 CPU each request cost nginx's worker (and the decision service); then p50 / p99
-latency at fixed rates of 50 % and 90 % of the module's capacity (forward-auth:
-of its own, far lower), each request timed from when it was due; and
+latency at fixed rates of 50 % and 90 % of the module's capacity (forward-auth
+and the module with a connection per call: of their own), each request timed
+from when it was due; and
 ``redis-benchmark`` running EVALSHA of the same script with the same keys and
-arguments, in the same run, as the ceiling a Redis-bound gateway can reach.
+arguments, in each repeat beside the gateways, as the ceiling a Redis-bound
+gateway can reach.
 Everything shares this machine's cores. Prints figures, never asserts on
 time (``docs/benchmarks.md``)::
 
