@@ -34,7 +34,7 @@ function _M.new(store)
     store = store,
     queue = {},
     spare = {}, -- semaphores of answered calls, for the next ones
-    wake = semaphore.new(0),
+    wake = nil, -- the flusher's, made in the worker (start)
     idle = false, -- the flusher waits on `wake` for a first call
     running = false, -- a flusher is there to send what is queued
     sock = nil, -- the flusher's connection
@@ -234,6 +234,7 @@ end
 
 --- Start the worker's flusher (in init_worker, or again after a crash).
 function Lane:start()
+  self.wake = self.wake or semaphore.new(0)
   local ok, err = ngx.timer.at(0, run_flusher, self)
   if not ok then
     ngx.log(ngx.ERR, "sluice: limiter.pipeline_not_started: ", err)
