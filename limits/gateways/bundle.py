@@ -135,7 +135,11 @@ def snapshot_bundle_build(
     active = snapshot_get_active()
     if active is None:
         return None
-    scheduled = list(snapshot_scheduled().filter(version__gt=active.version))
+    scheduled = list(
+        snapshot_scheduled()
+        .filter(version__gt=active.version)
+        .defer("content_gzip", "diff")  # only their content goes in
+    )
     body = b"".join(
         [
             b'{"active":',

@@ -42,8 +42,11 @@ def _activated() -> QuerySet[Snapshot]:
 
 
 def snapshot_get_active(*, light: bool = False) -> Snapshot | None:
-    """The version gateways enforce now: the highest that has been activated."""
-    rows = _activated()
+    """The version gateways enforce now: the highest that has been activated.
+
+    Its diff and gzip bytes are read only if used (a first version's diff holds
+    every change: 120,000 at 100,000 tenants); with ``light``, its content too."""
+    rows = _activated().defer("content_gzip", "diff")
     return (rows.defer(*_HEAVY) if light else rows).order_by("-version").first()
 
 
