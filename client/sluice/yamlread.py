@@ -118,6 +118,12 @@ _MAP, _SEQ = (
     "tag:yaml.org,2002:map",
     "tag:yaml.org,2002:seq",
 )  # libyaml when built with it
+#: The safe loader's implicit types (tag, pattern) by the first character of a plain
+#: scalar ("" for the empty one); it has none for any character (key None).
+_RESOLVERS = _Loader.yaml_implicit_resolvers
+#: Resolved plain scalars kept per file: the repeated ones come first and often.
+_PLAIN_KEPT = 4096
+_UNSEEN = object()
 _NO_ALIASES = "anchors and aliases (&name, *name) are not allowed in a rules file"
 
 
@@ -136,6 +142,7 @@ class _Events:
         self.lines: dict[Path, int] = {}
         self.problems: list[LineProblem] = []
         self.nodes = 0
+        self.plain: dict[str, Any] = {}  #: plain scalars resolved so far, by text
 
     def read(self) -> tuple[Any, dict[Path, int], list[LineProblem]]:
         loader = self.loader
@@ -227,7 +234,31 @@ class _Events:
 
     def _scalar(self, event: yaml.ScalarEvent) -> Any:
         """The value of a scalar as PyYAML's safe loader makes it, then JSON's: an
-        unquoted time becomes the string it was."""
+        unquoted time becomes the string it was.
+
+        What an untagged scalar means depends on its text alone, so the common
+        cases skip PyYAML's resolver and constructor (half the reading time of a
+        large file): a quoted or block scalar is its text, and so is a plain one
+        that matches no implicit type's pattern; the others (numbers, booleans,
+        null, times) are constructed once per text (a file repeats them)."""
+        value = event.value
+        if event.tag is None:
+            if not event.implicit[0]:
+                return value
+            for _, pattern in _RESOLVERS.get(value[:1], ()):
+                if pattern.match(value):
+                    break
+            else:  # no implicit type matches: a string
+                return value
+            known = self.plain.get(value, _UNSEEN)
+            if known is _UNSEEN:
+                known = self._construct(event)
+                if len(self.plain) < _PLAIN_KEPT:
+                    self.plain[value] = known
+            return known
+        return self._construct(event)
+
+    def _construct(self, event: yaml.ScalarEvent) -> Any:
         loader = self.loader
         tag = event.tag
         if tag is None or tag == "!":
