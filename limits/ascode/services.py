@@ -26,6 +26,7 @@ from django.db import transaction
 
 from limits.ascode.yamlfile import YamlData, rules_yaml_write, yaml_read
 from limits.changes.publishing import (
+    KnownDiff,
     Published,
     change_request_publish,
     conflicts_with,
@@ -455,6 +456,8 @@ def rules_file_apply(
             effective_at=effective_at,
             note=note,
             emergency_reason=emergency_reason,
+            # the version's stored diff is the file's: not computed a second time
+            known_diff=KnownDiff(found.version, found.file_digest or "", found.diff),
         )
     except ValidationError as exc:
         return Applied(found, request, not_published=" ".join(exc.messages))

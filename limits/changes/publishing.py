@@ -43,7 +43,7 @@ from limits.core.audit import Actor, audited_save
 from limits.core.chain import chain_lock
 from limits.core.collector import collector_paused
 from limits.core.roles import require_role
-from limits.diff.diffing import EMPTY_RULES
+from limits.diff.diffing import EMPTY_RULES, RulesDiff
 from limits.models import ChangeRequest, ChangeRequestState, Snapshot
 from limits.publishing.approval import ApprovalRequired, approval_reasons
 from limits.publishing.services import (
@@ -63,6 +63,7 @@ from sluice.model import parse_concurrency, parse_limit, policy_ref
 __all__ = [
     "ChangeConflict",
     "Conflict",
+    "KnownDiff",
     "Published",
     "RouteClash",
     "change_request_publish",
@@ -219,11 +220,14 @@ def change_request_publish(
     effective_at: datetime | None = None,
     note: str = "",
     emergency_reason: str = "",
+    known_diff: KnownDiff | None = None,
 ) -> Published:
     """Publish ``change_request`` (a draft or an open request) as the next version.
 
     Takes effect now, or at ``effective_at``; ``note`` and ``emergency_reason`` as for
-    any publish (``limits.publishing.notice``). Raises ChangeConflict,
+    any publish (``limits.publishing.notice``). ``known_diff``: the diff of the same
+    change the caller computed (a rules file's), stored with the version when it
+    is against the version this one replaces and gives the same rules. Raises ChangeConflict,
     ApprovalRequired, NoticePeriodTooShort, InvalidRules, PermissionDenied, and
     ValidationError for a request that is closed or empty.
     """
@@ -274,12 +278,31 @@ def change_request_publish(
             # the diff it computes anyway (a first version limits what had no
             # limits: no one to ask)
             check=partial(_require_approved, request),
+            known_diff=_reusable(known_diff, target, rules),
         )
         carried = [_carry(row, edits, actor, request) for row in later]
     reason = f"change request #{request.pk}: {request.title}"
     documents_write(edits=edits, actor=actor, reason=reason)
     _close(request, actor, version, carried)
     return Published(request, version, carried)
+
+
+@dataclass(frozen=True)
+class KnownDiff:
+    """A diff a caller computed: of the rules with ``digest`` against ``version``."""
+
+    version: int | None  #: None: against no version (a first publish)
+    digest: str
+    diff: RulesDiff
+
+
+def _reusable(
+    known: KnownDiff | None, target: Snapshot | None, rules: snapshot.Rules
+) -> RulesDiff | None:
+    """``known``'s diff when it is the one of ``rules`` against ``target``."""
+    if known is None or known.version != (target.version if target else None):
+        return None
+    return known.diff if known.digest == rules.digest() else None
 
 
 def _carry(

@@ -74,7 +74,18 @@ class RulesDiff:
         return counts
 
     def to_json(self) -> dict:
-        """The form stored with a snapshot (``Snapshot.diff``) and served by the API."""
+        """The form stored with a snapshot (``Snapshot.diff``) and served by the API.
+
+        Built once per diff and shared: a rules file's diff (120,000 changes for
+        a first version) is stored with its change request and with the version,
+        so callers must not change what it returns."""
+        built = self.__dict__.get("_json")
+        if built is None:
+            built = self._json_build()
+            object.__setattr__(self, "_json", built)  # frozen: a cache, not state
+        return built
+
+    def _json_build(self) -> dict:
         return {
             "changes": [change.to_json() for change in self.changes],
             "counts": self.counts(),

@@ -127,6 +127,7 @@ def snapshot_store(
     keep_scheduled: bool = False,
     replaces: models.Snapshot | None = None,
     tell_again: bool = False,
+    known_diff: RulesDiff | None = None,
 ) -> models.Snapshot:
     """Store ``rules`` as the next version, with its announcement; call with
     :func:`publishing_lock` held.
@@ -138,6 +139,9 @@ def snapshot_store(
     supersedes that version only, counts the notice of what that version already
     announced from when it was published, and continues its announcement
     (``tell_again``: and notifies the tenants again, as for a new time).
+    ``known_diff``: the diff of ``rules`` against the version in force now, when
+    the caller has it (a rules file's: 120,000 changes for a first version); it is
+    used for a version that takes effect now, and computed again otherwise.
     """
     problems = validate_rules(rules)
     if problems:
@@ -148,7 +152,10 @@ def snapshot_store(
     unchanged = parent is not None and parent.rules_digest == rules.digest()
     if unchanged and not replaces and not _doomed(effective).exists():
         raise NothingToPublish(parent.version)  # superseding is a change
-    diff = rules_diff(snapshot_rules(parent) if parent else None, rules, at=effective)
+    if known_diff is not None and effective == published_at:
+        diff = known_diff
+    else:
+        diff = rules_diff(snapshot_rules(parent) if parent else None, rules, at=effective)
     if check is not None and parent is not None:  # a first version replaces nothing
         check(diff)
     row = _snapshot_row(

@@ -96,7 +96,8 @@ def snapshot_document(row: Snapshot) -> sluice_model.Snapshot:
     """The parsed document of a stored version; parsed once per process (rows never change)."""
     cached = _PARSED.get(row.hash)
     if cached is None:
-        cached = sluice_model.Snapshot.from_bytes(bytes(row.content))
+        # validated when it was published, and its hash is checked on the bytes
+        cached = sluice_model.Snapshot.from_bytes(bytes(row.content), canonical=True)
         _PARSED[row.hash] = cached
         while len(_PARSED) > _PARSED_MAX:
             _PARSED.popitem(last=False)
