@@ -165,8 +165,12 @@ class _Events:
         finally:
             loader.dispose()
 
-    def _value(self, path: Path, *, key: bool = False) -> Any:
-        event = self.loader.get_event()
+    def _value(self, path: Path) -> Any:
+        return self._node(self.loader.get_event(), path)
+
+    def _node(self, event: yaml.Event, path: Path, *, key: bool = False) -> Any:
+        """The value that starts with ``event`` (already taken from the parser: the
+        loops below take each event once instead of peeking at it first)."""
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.composer.ComposerError(None, None, _NO_ALIASES, event.start_mark)
         self.nodes += (
@@ -200,18 +204,19 @@ class _Events:
             )
         if isinstance(event, yaml.SequenceStartEvent):
             items: list[Any] = []
-            while not self.loader.check_event(yaml.SequenceEndEvent):
-                items.append(self._value((*path, len(items))))
-            self.loader.get_event()
+            get_event = self.loader.get_event
+            while not isinstance(event := get_event(), yaml.SequenceEndEvent):
+                items.append(self._node(event, (*path, len(items))))
             return items
         return self._mapping(path)
 
     def _mapping(self, path: Path) -> dict[Any, Any]:
         found: dict[Any, Any] = {}
         seen: dict[Any, int] = {}
-        while not self.loader.check_event(yaml.MappingEndEvent):
-            line = self.loader.peek_event().start_mark.line + 1
-            key = self._value(path, key=True)
+        get_event = self.loader.get_event
+        while not isinstance(event := get_event(), yaml.MappingEndEvent):
+            line = event.start_mark.line + 1
+            key = self._node(event, path, key=True)
             key = key if isinstance(key, str) else str(key)
             member = (*path, key)
             if key not in seen and (self.depth is None or len(member) <= self.depth):
@@ -229,7 +234,6 @@ class _Events:
                 continue
             seen[key] = line
             found[key] = value
-        self.loader.get_event()
         return found
 
     def _scalar(self, event: yaml.ScalarEvent) -> Any:
