@@ -159,7 +159,9 @@ def _policy_changes(old: Rules, new: Rules, reach: Reach, at: datetime) -> list[
 def _same(a: Policy | None, b: Policy | None) -> bool:
     if a is None or b is None:
         return a is b
-    return a.to_json() == b.to_json()  # limits compared as a set, in canonical order
+    # equal fields are the same policy; otherwise limits are compared as a set, in
+    # canonical order (most policies of a small edit are equal: no JSON for them)
+    return a == b or a.to_json() == b.to_json()
 
 
 def _summarise(changes: list[Change], reach: Reach) -> RulesDiff:
