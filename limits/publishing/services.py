@@ -155,7 +155,9 @@ def snapshot_store(
     if known_diff is not None and effective == published_at:
         diff = known_diff
     else:
-        diff = rules_diff(snapshot_rules(parent) if parent else None, rules, at=effective)
+        diff = rules_diff(
+            snapshot_rules(parent) if parent else None, rules, at=effective
+        )
     if check is not None and parent is not None:  # a first version replaces nothing
         check(diff)
     row = _snapshot_row(
