@@ -19,6 +19,7 @@ from limits.ascode.services import (
     rules_file_read,
 )
 from limits.core.audit import Actor
+from limits.diff.diffing import rules_diff
 from limits.models import ChangeRequest, Tenant
 from limits.publishing.services import snapshot_publish
 from limits.rules.schema import schema_json
@@ -259,6 +260,72 @@ def test_yaml_read__over_the_size_or_node_budget__one_problem_nothing_parsed(
     (problem,) = too_many.problems
     assert "more than 50 values: too many for a rules file" in problem.message
     assert problem.line > 1  # where the budget ran out
+
+
+@pytest.mark.parametrize(
+    "scalar",
+    [
+        "t000001",
+        "Tenant 12",
+        "free",
+        "5",
+        "-3",
+        "0x1F",
+        "0o17",
+        "1_000",
+        "0.5",
+        ".inf",
+        "yes",
+        "No",
+        "on",
+        "true",
+        "False",
+        "null",
+        "~",
+        "",
+        "2026-12-03",
+        "2026-12-03T10:00:00Z",
+        "'5'",
+        '"true"',
+        "'null'",
+        "<<x",
+        "+1",
+    ],
+)
+def test_yaml_read__plain_and_quoted_scalars__the_values_pyyaml_gives(scalar):
+    # Given a scalar as a member's value (what a file holds: slugs, names, numbers)
+    text = f"value: {scalar}\n"
+    # When it is read
+    read = yamlread.yaml_read(text)
+    # Then it is what PyYAML's safe loader makes of it (times as the text JSON has)
+    expected = yamlread._plain(yaml.load(text, Loader=yaml.SafeLoader)["value"])
+    assert read.problems == []
+    assert read.data == {"value": expected}
+    assert type(read.data["value"]) is type(expected)
+
+
+def test_apply_publish__file__the_versions_stored_diff_is_the_diff_of_its_rules(
+    active,
+):
+    # Given a file that raises a tier's limit and renames a tenant
+    text = (
+        rules_export()
+        .replace(
+            "{dimension: tenant, rate: 5, period: second, burst: 10}",
+            "{dimension: tenant, rate: 7, period: second, burst: 14}",
+        )
+        .replace("name: Acme", "name: ACME Corporation")
+    )
+    # When it is applied and published (its diff is reused for the version)
+    done = rules_file_apply(rules_file_read(text), actor=SYSTEM, publish=True)
+    # Then the version stores what diffing the two versions' rules gives
+    assert done.not_published == ""
+    row = done.published.version
+    expected = rules_diff(
+        snapshot_rules(active), snapshot_rules(row), at=row.effective_at
+    )
+    assert row.diff == expected.to_json()
+    assert row.diff["counts"]["raised"] == 1
 
 
 def _manage(
