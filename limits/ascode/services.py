@@ -186,7 +186,8 @@ def _documents(parsed: YamlData, name: str) -> RulesFile:
 def _document_problems(rules_file: RulesFile) -> list[FileProblem]:
     found = []
     for (subject, key), doc in rules_file.raw.items():
-        for problem in document_problems(subject, key, doc, expiry=False):
+        # the whole file matched the schema: not each document again
+        for problem in document_problems(subject, key, doc, expiry=False, schema=False):
             found.append(
                 rules_file.problem(subject, key, problem.path, problem.message)
             )

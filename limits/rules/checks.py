@@ -73,12 +73,15 @@ def document_problems(
     *,
     now: datetime | None = None,
     expiry: bool = True,
+    schema: bool = True,
 ) -> list[DocumentProblem]:
     """Problems of one document on its own; with ``expiry``, an override's expiry is
-    checked as if it were being set now (in the future, within the maximum)."""
+    checked as if it were being set now (in the future, within the maximum).
+    Without ``schema``, the document is known to match its schema (a file checked
+    whole against the same definitions)."""
     problems = [
         DocumentProblem(subject, key, path, message)
-        for path, message in schema_errors(doc, definition=subject)
+        for path, message in (schema_errors(doc, definition=subject) if schema else ())
     ]
     if problems:  # members are not what they should be: nothing more to check
         return problems
