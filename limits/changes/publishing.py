@@ -297,7 +297,7 @@ class KnownDiff:
 
 
 def _reusable(
-    known: KnownDiff | None, target: Snapshot | None, rules: snapshot.Rules
+    known: KnownDiff | None, target: Snapshot | None, rules: sluice_model.Rules
 ) -> RulesDiff | None:
     """``known``'s diff when it is the one of ``rules`` against ``target``."""
     if known is None or known.version != (target.version if target else None):
