@@ -13,9 +13,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple
 
-from .quota import ConcurrencyLimit
+from .quota import ConcurrencyLimit, RateLimit
 from .rehearsal import Rehearsed
-from .rules import Limit, Policy
+from .rules import Policy
 
 __all__ = ["Decision", "Held", "LimitStatus", "Outcome"]
 
@@ -45,7 +45,7 @@ class LimitStatus(NamedTuple):
     ``remaining`` the free slots after the decision, ``window`` and ``reset`` 0.
     """
 
-    limit: Limit | ConcurrencyLimit  #: the limit as published in the snapshot
+    limit: RateLimit | ConcurrencyLimit  #: the limit as published in the snapshot
     name: str  #: its policy name in headers, e.g. ``user-s``
     key: str  #: the Redis key of its bucket
     quota: int  #: the bucket's capacity in tokens (the burst): IETF ``q``

@@ -46,6 +46,7 @@ from .backlog import Charges
 from .concurrency import LocalSlots, slot_statuses
 from .decision import Decision, Held, Outcome
 from .engine import Engine, PolicyPlan, Prepared
+from .kinds import GCRA
 from .rules import FailureMode
 
 __all__ = [
@@ -346,16 +347,22 @@ def _local(
 
 
 def _owe(charges: Charges, prepared: Prepared, decision: Decision) -> None:
-    """Owe Redis what the local buckets just charged (the limits that fit)."""
-    limits = prepared.plan.limits
-    charges.add(
-        tuple(prepared.keys),
-        tuple(
-            p.geometry.increment if s.fits else 0
-            for p, s in zip(limits, decision.statuses, strict=False)
-        ),
-        tuple(p.geometry.capacity for p in limits),
-    )
+    """Owe Redis what the local buckets just charged (the GCRA limits that fit;
+    ``charge.lua`` knows GCRA only, so a sliding window's local admissions are
+    not paid back)."""
+    owed = [
+        (key, p.geometry, s.fits)
+        for key, p, s in zip(
+            prepared.keys, prepared.plan.limits, decision.statuses, strict=False
+        )
+        if p.kind is GCRA
+    ]
+    if owed:
+        charges.add(
+            tuple(key for key, _, _ in owed),
+            tuple(g.increment if fits else 0 for _, g, fits in owed),
+            tuple(g.capacity for _, g, _ in owed),
+        )
 
 
 def _unchecked(

@@ -22,10 +22,12 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .bucket import SCRIPT
 from .kinds.gcra import admits
+from .kinds.sliding import Sliding, sliding_count, sliding_state
 from .scripts import CHARGE, HOT, RELEASE
 
 __all__ = [
@@ -52,6 +54,30 @@ def memory_store(url: str) -> MemoryStore | None:
     return MemoryStore()
 
 
+@dataclass(slots=True)
+class _Window:
+    """A sliding window read by the script's first loop, decided by its second."""
+
+    key: str
+    shape: Sliding
+    previous: int
+    current: int
+    number: int  #: the window's number: now // window
+    elapsed: int  #: µs into the window
+
+    def fits(self) -> bool:
+        count = sliding_count(self.shape, self.previous, self.current, self.elapsed)
+        return count + self.shape.cost <= self.shape.limit
+
+    def decide(self, store: MemoryStore, charge: bool, now: int) -> int:
+        """Charge it when ``charge``; return its state after the decision."""
+        if charge:
+            self.current += self.shape.cost
+            expiry = math.ceil((self.number + 2) * self.shape.window / 1000)
+            store._hcharge(self, expiry, now)
+        return sliding_state(self.shape, self.previous, self.current, self.elapsed)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -64,6 +90,8 @@ class MemoryStore:
         self._lock = threading.Lock()
         #: bucket key -> (TAT in µs, expiry in ms): SET ... PX
         self._values: dict[str, tuple[int, int]] = {}
+        #: sliding window key -> (window number -> count, expiry in ms): a hash
+        self._hashes: dict[str, tuple[dict[int, int], int]] = {}
         #: slot key -> (member -> score in ms, expiry in ms or None): a sorted set
         self._sets: dict[str, tuple[dict[str, int], int | None]] = {}
         self._writes = 0
@@ -90,12 +118,16 @@ class MemoryStore:
             return run(list(keys), [_text(a) for a in args], self._now())
 
     def keys(self) -> dict[str, Any]:
-        """Every live key: a bucket's TAT (µs), a slot's members (for tests and debugging)."""
+        """Every live key: a bucket's TAT (µs), a window's counts, a slot's members
+        (for tests and debugging)."""
         with self._lock:
             now_ms = self._now() // 1000
             found: dict[str, Any] = {
                 k: v for k, (v, until) in self._values.items() if now_ms <= until
             }
+            for key, (fields, expiry) in self._hashes.items():
+                if now_ms <= expiry:
+                    found[key] = dict(fields)
             for key, (members, until) in self._sets.items():
                 if members and (until is None or now_ms <= until):
                     found[key] = dict(members)
@@ -105,6 +137,7 @@ class MemoryStore:
         """Forget every key (``FLUSHDB``)."""
         with self._lock:
             self._values.clear()
+            self._hashes.clear()
             self._sets.clear()
 
     def close(self) -> None:
@@ -143,6 +176,8 @@ class MemoryStore:
         """Drop expired keys, as Redis's active expiry does: memory follows active clients."""
         for key in [k for k, (_, until) in self._values.items() if now_ms > until]:
             del self._values[key]
+        for key in [k for k, (_, until) in self._hashes.items() if now_ms > until]:
+            del self._hashes[key]
         for key in [
             k
             for k, (_, until) in self._sets.items()
@@ -166,30 +201,70 @@ class MemoryStore:
     # -- the scripts --------------------------------------------------------------------
 
     def _token_bucket(self, keys: list[str], argv: list[str], now: int) -> list[int]:
-        """``lua/token_bucket.lua``."""
+        """``lua/token_bucket.lua``: GCRA buckets, and sliding windows (:meth:`_window`)."""
         debts: list[int] = []
         fits: list[int | None] = []
+        windows: dict[int, _Window] = {}
         admitted = rehearsed = 1
         for i, key in enumerate(keys):
-            tat = self._get(key, now)
-            debt = tat - now if tat is not None and tat > now else 0
             increment, capacity = int(argv[3 * i]), int(argv[3 * i + 1])
             kind = argv[3 * i + 2]
-            if admits(debt, increment, capacity):
-                fits.append(debt + increment)
+            if len(kind) > 1:
+                windows[i] = window = self._window(key, argv[3 * i : 3 * i + 3], now)
+                ok, debt = window.fits(), 0
+            else:
+                tat = self._get(key, now)
+                debt = tat - now if tat is not None and tat > now else 0
+                ok = admits(debt, increment, capacity)
+            if ok:
+                fits.append(0 if i in windows else debt + increment)
             else:
                 fits.append(None)
-                admitted, rehearsed = _misfit(kind, admitted, rehearsed)
+                admitted, rehearsed = _misfit(kind[0], admitted, rehearsed)
             debts.append(debt)
         reply = [admitted]
         for i, key in enumerate(keys):
             debt, fit = debts[i], fits[i]
-            charged = rehearsed if argv[3 * i + 2] == "2" else admitted
-            if charged == 1 and fit is not None:
+            charged = rehearsed if argv[3 * i + 2][0] == "2" else admitted
+            if i in windows:
+                debt = windows[i].decide(self, charged == 1 and fit is not None, now)
+            elif charged == 1 and fit is not None:
                 debt = fit
                 self._set(key, now + debt, math.ceil(debt / 1000), now)
             reply += [1 if fit is not None else 0, debt]
         return [*reply, now]
+
+    def _window(self, key: str, argv: list[str], now: int) -> _Window:
+        """A sliding window's counts at ``now`` (``HMGET`` of its two fields)."""
+        cost, limit, flag = int(argv[0]), int(argv[1]), argv[2]
+        window = int(flag[2:])
+        number = math.floor(now / window)  # as Lua divides: in doubles
+        fields = self._hget(key, now)
+        shape = Sliding(cost, limit, window, math.ceil(window / limit))
+        return _Window(
+            key,
+            shape,
+            fields.get(number - 1, 0),
+            fields.get(number, 0),
+            number,
+            now - number * window,
+        )
+
+    def _hget(self, key: str, now: int) -> dict[int, int]:
+        entry = self._hashes.get(key)
+        if entry is None:
+            return {}
+        if now // 1000 > entry[1]:
+            del self._hashes[key]
+            return {}
+        return entry[0]
+
+    def _hcharge(self, window: _Window, expiry_ms: int, now: int) -> None:
+        """HINCRBY this window's field, HDEL the one of two windows ago, PEXPIREAT."""
+        fields = dict(self._hget(window.key, now))
+        fields[window.number] = fields.get(window.number, 0) + window.shape.cost
+        fields.pop(window.number - 2, None)
+        self._hashes[window.key] = (fields, expiry_ms)
 
     def _hot(self, keys: list[str], argv: list[str], now: int) -> list[int]:
         """``lua/hot.lua``: buckets with leases, then concurrency slots."""

@@ -22,9 +22,11 @@ from .rules import (
     FailureMode,
     Limit,
     Policy,
+    RateLimit,
     Route,
     Rules,
     ScopeKind,
+    SlidingWindow,
 )
 from .validation import validate_rules
 
@@ -34,6 +36,7 @@ __all__ = [
     "parse_policy",
     "parse_route",
     "parse_rules",
+    "parse_sliding_window",
     "parse_snapshot_fields",
 ]
 
@@ -54,6 +57,9 @@ _POLICY_OPTIONAL = {"concurrency"}
 _LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
 _PUBLIC = {"name", "description"}
 _LIMIT_OPTIONAL = {"shards", "lease", "lease_ms", *_PUBLIC}
+#: a limit's ``kind`` member: absent means gcra (snapshots before it keep their bytes)
+_KINDS = ("gcra", "sliding_window")
+_SLIDING_KEYS = {"kind", "dimension", "limit", "window", "cost", "shadow"}
 _CONCURRENCY_KEYS = {"dimension", "max_inflight", "timeout", "shadow"}
 
 _E = TypeVar("_E", FailureMode, Dimension, ScopeKind)
@@ -184,14 +190,18 @@ def parse_policy(data: Any, path: str = "policy") -> Policy:
     )
 
 
-def parse_limit(data: Any, path: str = "limit") -> Limit:
-    """One token bucket of a policy (``Limit.to_json``); SnapshotError names the bad member."""
-    obj = _object(data, path, _LIMIT_KEYS, _LIMIT_OPTIONAL)
-    period = _integer(obj["period"], f"{path}.period", minimum=1)
-    if period not in PERIODS:
+def parse_limit(data: Any, path: str = "limit") -> RateLimit:
+    """One rate limit of a policy, of the kind its ``kind`` member names (absent:
+    ``gcra``, ``Limit.to_json``); SnapshotError names the bad member."""
+    kind = data.get("kind", "gcra") if isinstance(data, dict) else "gcra"
+    if kind not in _KINDS:
         raise SnapshotError(
-            f"{path}.period", f"must be one of {sorted(PERIODS)} seconds"
+            f"{path}.kind", f"{kind!r} is not one of: {', '.join(_KINDS)}"
         )
+    if kind == "sliding_window":
+        return parse_sliding_window(data, path)
+    obj = _object(data, path, _LIMIT_KEYS, {"kind", *_LIMIT_OPTIONAL})
+    period = _period(obj["period"], f"{path}.period")
     cost = obj["cost"]
     shadow = _boolean(obj["shadow"], f"{path}.shadow")
     return Limit(
@@ -208,6 +218,32 @@ def parse_limit(data: Any, path: str = "limit") -> Limit:
         ),
         **_public(obj, path),
     )
+
+
+def parse_sliding_window(data: Any, path: str = "limit") -> SlidingWindow:
+    """One sliding window (``SlidingWindow.to_json``); SnapshotError names the bad member."""
+    obj = _object(data, path, _SLIDING_KEYS, _LIMIT_OPTIONAL)
+    cost = obj["cost"]
+    return SlidingWindow(
+        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
+        limit=_integer(obj["limit"], f"{path}.limit", minimum=1),
+        window=_period(obj["window"], f"{path}.window"),
+        cost=None if cost is None else _integer(cost, f"{path}.cost", minimum=1),
+        shadow=_boolean(obj["shadow"], f"{path}.shadow"),
+        shards=_integer(obj.get("shards", 1), f"{path}.shards", minimum=1),
+        lease=_integer(obj.get("lease", 0), f"{path}.lease", minimum=0),
+        lease_ms=_integer(
+            obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
+        ),
+        **_public(obj, path),
+    )
+
+
+def _period(data: Any, path: str) -> int:
+    period = _integer(data, path, minimum=1)
+    if period not in PERIODS:
+        raise SnapshotError(path, f"must be one of {sorted(PERIODS)} seconds")
+    return period
 
 
 def parse_concurrency(data: Any, path: str = "concurrency") -> ConcurrencyLimit:

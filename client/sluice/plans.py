@@ -15,7 +15,7 @@ from typing import cast
 from .keys import inflight_template, key_template
 from .kinds import LimitKind, Shape, kind_of
 from .kinds.gcra import Geometry
-from .quota import ConcurrencyLimit, Dimension, Limit
+from .quota import ConcurrencyLimit, Dimension, RateLimit
 from .rules import Policy
 
 __all__ = ["LimitPlan", "PolicyPlan", "SlotPlan", "compile_policy"]
@@ -25,7 +25,7 @@ __all__ = ["LimitPlan", "PolicyPlan", "SlotPlan", "compile_policy"]
 class LimitPlan:
     """One limit of a policy, ready to key and to run."""
 
-    limit: Limit
+    limit: RateLimit
     dimension: Dimension  #: the limit's, kept at hand for the hot path
     name: str  #: the policy name in RateLimit headers (GCRA: ``user-s``)
     template: str  #: the bucket key template, see :func:`.keys.key_template`
@@ -95,7 +95,9 @@ def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
     )
 
 
-def _limit_plan(policy: Policy, limit: Limit, *, cost: int, share: int) -> LimitPlan:
+def _limit_plan(
+    policy: Policy, limit: RateLimit, *, cost: int, share: int
+) -> LimitPlan:
     kind = kind_of(limit)
     shape = kind.shape(limit, cost=cost, share=share)
     name, quota, window = kind.advertised(limit, shape)
@@ -103,7 +105,7 @@ def _limit_plan(policy: Policy, limit: Limit, *, cost: int, share: int) -> Limit
         limit,
         limit.dimension,
         name,
-        key_template(policy.route, limit.dimension, limit.period),
+        key_template(policy.route, limit.dimension, limit.period, kind.name),
         shape,
         quota,
         window,

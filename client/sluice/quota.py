@@ -1,4 +1,5 @@
-"""The limits a policy holds: token buckets (with their hot-key options) and concurrency caps.
+"""The limits a policy holds: token buckets (with their hot-key options), sliding
+windows and concurrency caps.
 
 Part of snapshot format v1 (:mod:`.snapshot` re-exports everything here). The
 hot-key options and concurrency caps were added to the format as *optional*
@@ -26,6 +27,8 @@ __all__ = [
     "ConcurrencyLimit",
     "Dimension",
     "Limit",
+    "RateLimit",
+    "SlidingWindow",
     "describe_limit",
     "limit_in_words",
     "public_description",
@@ -116,6 +119,65 @@ class Limit:
 
 
 @dataclass(frozen=True, slots=True)
+class SlidingWindow:
+    """At most ``limit`` requests' worth in any ``window`` seconds, per key (kind
+    ``sliding_window``): Cloudflare's sliding-window counter, "100 per minute" read
+    literally. The count is ``previous window's count x (1 - elapsed / window)
+    + this window's count``; a request fits when count + cost <= limit.
+
+    Hot-key options (shards, leases) exist for GCRA only: the members are here so
+    that validation refuses them by name (``kinds.sliding``), and they are never
+    written when unset.
+    """
+
+    dimension: Dimension  #: what the window counts per
+    limit: int  #: requests' worth admitted per window
+    window: int  #: seconds, one of PERIODS
+    cost: int | None = None  #: requests' worth per request; None means the route's cost
+    shadow: bool = False  #: evaluated and reported, never rejects
+    shards: int = 1  #: refused when not 1 (GCRA only)
+    lease: int = 0  #: refused when not 0 (GCRA only)
+    lease_ms: int = DEFAULT_LEASE_MS  #: refused when set (GCRA only)
+    name: str = ""  #: public name (:func:`public_name`); empty: derived
+    description: str = ""  #: public description; empty: derived
+
+    @property
+    def period(self) -> int:
+        """The window, under the name every rate limit's key is built from."""
+        return self.window
+
+    @property
+    def hot(self) -> bool:
+        """Whether a hot-key option is set (never valid for a sliding window)."""
+        return self.shards > 1 or self.lease > 0
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "kind": "sliding_window",
+            "dimension": self.dimension.value,
+            "limit": self.limit,
+            "window": self.window,
+            "cost": self.cost,
+            "shadow": self.shadow,
+        }
+        if self.shards != 1:
+            data["shards"] = self.shards
+        if self.lease:
+            data["lease"] = self.lease
+        if self.lease_ms != DEFAULT_LEASE_MS:
+            data["lease_ms"] = self.lease_ms
+        _public_members(self, data)
+        return data
+
+    def sort_key(self) -> tuple[str, int, int, int, bool]:
+        return (self.dimension, self.window, self.limit, self.cost or 0, self.shadow)
+
+
+#: A limit on the rate of requests, of any kind (what ``Policy.limits`` holds).
+RateLimit = Limit | SlidingWindow
+
+
+@dataclass(frozen=True, slots=True)
 class ConcurrencyLimit:
     """At most ``max_inflight`` requests in flight at once per key (a limit of kind "concurrent").
 
@@ -146,7 +208,7 @@ class ConcurrencyLimit:
         return (self.dimension, self.max_inflight, self.timeout, self.shadow)
 
 
-def _public_members(limit: Limit | ConcurrencyLimit, data: dict[str, Any]) -> None:
+def _public_members(limit: RateLimit | ConcurrencyLimit, data: dict[str, Any]) -> None:
     """Optional members, written only when set: snapshots without them keep their bytes."""
     if limit.name:
         data["name"] = limit.name
@@ -154,12 +216,17 @@ def _public_members(limit: Limit | ConcurrencyLimit, data: dict[str, Any]) -> No
         data["description"] = limit.description
 
 
-def describe_limit(limit: Limit | ConcurrencyLimit) -> str:
+def describe_limit(limit: RateLimit | ConcurrencyLimit) -> str:
     """Say a limit the way people do: ``per user: 100 / s, burst 200``."""
     subject = f"per {limit.dimension.value.replace('_', ' ')}"
     if isinstance(limit, ConcurrencyLimit):
         text = f"{subject}: at most {limit.max_inflight:,} in flight"
         text += f" (released after {limit.timeout:,} s at most)"
+        return text + (" (shadow)" if limit.shadow else "")
+    if isinstance(limit, SlidingWindow):
+        text = f"{subject}: {limit.limit:,} / {PERIODS[limit.window]} (sliding window)"
+        if limit.cost is not None:
+            text += f", cost {limit.cost}"
         return text + (" (shadow)" if limit.shadow else "")
     text = f"{subject}: {limit.rate:,} / {PERIODS[limit.period]}"
     text += f", burst {limit.burst:,}"
@@ -191,7 +258,7 @@ def _requests(count: int) -> str:
     return f"{count:,} request" + ("" if count == 1 else "s")
 
 
-def limit_in_words(limit: Limit | ConcurrencyLimit) -> str:
+def limit_in_words(limit: RateLimit | ConcurrencyLimit) -> str:
     """Say a limit as its customers read it: ``2 requests per second per user, bursts of 5``.
 
     The default public description of a limit: the 429's ``detail``, the tenant
@@ -200,14 +267,17 @@ def limit_in_words(limit: Limit | ConcurrencyLimit) -> str:
     subject = _SUBJECT_WORDS[limit.dimension]
     if isinstance(limit, ConcurrencyLimit):
         return f"at most {_requests(limit.max_inflight)} in flight {subject}"
-    text = f"{_requests(limit.rate)} per {PERIOD_WORDS[limit.period]} {subject}"
-    text += f", bursts of {limit.burst:,}"
+    if isinstance(limit, SlidingWindow):  # no burst: any window holds at most the limit
+        text = f"{_requests(limit.limit)} in any {PERIOD_WORDS[limit.window]} {subject}"
+    else:
+        text = f"{_requests(limit.rate)} per {PERIOD_WORDS[limit.period]} {subject}"
+        text += f", bursts of {limit.burst:,}"
     if limit.cost is not None and limit.cost != 1:
         text += f"; each request counts as {limit.cost:,}"
     return text
 
 
-def public_name(limit: Limit | ConcurrencyLimit) -> str:
+def public_name(limit: RateLimit | ConcurrencyLimit) -> str:
     """The limit's name for customers: its own, else ``Rate limit per user``."""
     if limit.name:
         return limit.name
@@ -215,6 +285,6 @@ def public_name(limit: Limit | ConcurrencyLimit) -> str:
     return f"{kind} limit {_SUBJECT_WORDS[limit.dimension]}"
 
 
-def public_description(limit: Limit | ConcurrencyLimit) -> str:
+def public_description(limit: RateLimit | ConcurrencyLimit) -> str:
     """The limit for customers: its own description, else :func:`limit_in_words`."""
     return limit.description or limit_in_words(limit)

@@ -102,7 +102,9 @@ def rehearsal_plan(
     limits = tuple(p for p in wanted if _bucket(p) not in enforced)
     args = list(active.args)
     for index in shared:
-        args[3 * index + 2] = SHARED
+        args[3 * index + 2] = (
+            SHARED + args[3 * index + 2][1:]
+        )  # the role; the rest stays
     for plan in limits:
         args += plan.kind.arguments(plan.shape, flag=REHEARSED)
     return RehearsalPlan(

@@ -17,7 +17,15 @@ from typing import Any
 
 from .canonical import canonical_json
 from .kinds import limit_order
-from .quota import PERIODS, ConcurrencyLimit, Dimension, Limit, describe_limit
+from .quota import (
+    PERIODS,
+    ConcurrencyLimit,
+    Dimension,
+    Limit,
+    RateLimit,
+    SlidingWindow,
+    describe_limit,
+)
 
 __all__ = [
     "ALL_ROUTES",
@@ -28,9 +36,11 @@ __all__ = [
     "FailureMode",
     "Limit",
     "Policy",
+    "RateLimit",
     "Route",
     "Rules",
     "ScopeKind",
+    "SlidingWindow",
     "describe_limit",
     "fallback_rules",
     "format_time",
@@ -76,7 +86,7 @@ class Policy:
 
     scope: str  #: ``default``, ``tier:<slug>`` or ``tenant:<slug>``
     route: str  #: a route slug, or ``*`` for every route
-    limits: tuple[Limit, ...]
+    limits: tuple[RateLimit, ...]
     expires_at: datetime | None = None  #: set on temporary tenant overrides only
     #: caps on requests in flight (limits of kind "concurrent"); usually empty
     concurrency: tuple[ConcurrencyLimit, ...] = ()

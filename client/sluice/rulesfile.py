@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from .bundle import Bundle, fallback_snapshot, parse_bundle, read_bundle_file
 from .errors import EnforcementError, SnapshotError
 from .parsing import parse_concurrency, parse_limit, parse_policy, parse_route
-from .quota import DEFAULT_TIMEOUT, ConcurrencyLimit, Limit
+from .quota import DEFAULT_TIMEOUT, ConcurrencyLimit, Limit, RateLimit, SlidingWindow
 from .rules import Policy, Rules
 from .signing import KeyRing
 from .snapshot import Snapshot
@@ -273,7 +273,7 @@ class _Reader:
             self.override(at, policy, doc)
         return replace(
             policy,
-            limits=tuple(v for v in values if isinstance(v, Limit)),
+            limits=tuple(v for v in values if isinstance(v, Limit | SlidingWindow)),
             concurrency=tuple(v for v in values if isinstance(v, ConcurrencyLimit)),
         )
 
@@ -285,7 +285,7 @@ class _Reader:
         if not isinstance(reason, str) or not reason.strip():
             self.problem((*at, "reason"), "A temporary override needs a reason.")
 
-    def limit(self, at: Path, doc: Any) -> Limit | ConcurrencyLimit | None:
+    def limit(self, at: Path, doc: Any) -> RateLimit | ConcurrencyLimit | None:
         if not isinstance(doc, dict):
             self.problem(at, "must be a mapping")
             return None

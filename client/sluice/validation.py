@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .kinds import kind_of
+from .kinds import GCRA, kind_of
 from .quota import MAX_TIMEOUT
 from .routing import PatternError, RouteTable
 from .rules import ALL_ROUTES, DEFAULT_SCOPE, Policy, Rules, ScopeKind
@@ -154,7 +154,25 @@ def policy_problems(policy: Policy, *, route_cost: int) -> list[Problem]:
                 )
             )
         seen.add((limit.dimension, limit.period))
-    return problems + _concurrency_problems(policy)
+    return problems + _hot_problems(policy) + _concurrency_problems(policy)
+
+
+def _hot_problems(policy: Policy) -> list[Problem]:
+    """Leases and concurrency limits are decided by ``hot.lua``, which knows GCRA only."""
+    leased = any(limit.lease for limit in policy.limits if kind_of(limit) is GCRA)
+    if not policy.concurrency and not leased:
+        return []
+    return [
+        Problem(
+            "policy",
+            policy_ref(policy),
+            f"limits[{index}]",
+            "a policy with leases or concurrency limits holds GCRA limits only, "
+            f"not {kind_of(limit).name}",
+        )
+        for index, limit in enumerate(policy.limits)
+        if kind_of(limit) is not GCRA
+    ]
 
 
 def _concurrency_problems(policy: Policy) -> list[Problem]:

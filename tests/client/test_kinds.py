@@ -23,6 +23,7 @@ from sluice import (
 )
 from sluice.kinds import (
     GCRA,
+    SLIDING_WINDOW,
     Advertised,
     Direction,
     kind_of,
@@ -188,7 +189,7 @@ def test_kinds__registering_a_second_kind_for_a_type__refused(spacing):
 
     with pytest.raises(ValueError, match="clashes"):
         register(Again())
-    assert registered() == (GCRA, spacing)
+    assert registered() == (GCRA, SLIDING_WINDOW, spacing)
 
 
 @pytest.mark.parametrize(

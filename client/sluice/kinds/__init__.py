@@ -12,9 +12,11 @@ from typing import Any
 
 from .base import Advertised, Direction, LimitKind, Shape
 from .gcra import GCRA
+from .sliding import SLIDING_WINDOW
 
 __all__ = [
     "GCRA",
+    "SLIDING_WINDOW",
     "Advertised",
     "Direction",
     "LimitKind",
@@ -67,3 +69,4 @@ def limit_order(limit: Any) -> tuple[str, Any]:
 
 
 register(GCRA)
+register(SLIDING_WINDOW)

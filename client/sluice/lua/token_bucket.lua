@@ -14,6 +14,18 @@
 --               version (its own key: never rejects, charged on its own terms),
 --               "3" for an enforced limit that the rehearsed version shares
 --
+-- A sliding-window limit (sluice.kinds.sliding) has the same three ARGV, read
+-- otherwise: ARGV[3i - 2] the request cost, ARGV[3i - 1] the limit (requests'
+-- worth per window), ARGV[3i] its role as above followed by "w" and the window
+-- in microseconds ("0w60000000"). Its key is a hash of two counts, fields named
+-- by the window's number (now // window): this window's and the previous one's;
+-- count = previous x (window - elapsed) / window + current, and a request fits
+-- when count + cost <= limit. A charge adds the cost to this window's field,
+-- drops the field of two windows ago and expires the key when this window's
+-- count stops mattering (the end of the next window). Its state in the reply is
+-- a duration in ticks of ceil(window / limit) µs: the count x tick while a
+-- request would fit, else the exact wait until it fits + (limit - cost) x tick.
+--
 -- All enforced limits must fit, or none of them (nor any shadow one) is written.
 -- When they do, every enforced or shadow limit that fits is charged, and its key
 -- expires when the bucket would be full again, so memory follows active clients.
@@ -27,40 +39,85 @@
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local debts, fits = {}, {}
+local debts, fits, roles, windows = {}, {}, {}, {}
 local admitted, rehearsed = 1, 1
 
-for i = 1, #KEYS do
-  local tat = tonumber(redis.call('GET', KEYS[i]))
-  local debt = 0
-  if tat and tat > now then
-    debt = tat - now
+-- A sliding window's {previous, current, number, elapsed} counts at now.
+local function counts(key, window)
+  local number = math.floor(now / window)
+  local fields = redis.call('HMGET', key, string.format('%d', number - 1), string.format('%d', number))
+  return {tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, number, now - number * window}
+end
+
+-- The state of a sliding window (sluice.kinds.sliding.sliding_state).
+local function sliding_state(c, cost, limit, window)
+  local previous, current, elapsed = c[1], c[2], c[4]
+  local count = previous * (window - elapsed) / window + current
+  local tick = math.ceil(window / limit)
+  if count + cost <= limit then
+    return math.ceil(count * tick)
   end
-  local after = debt + tonumber(ARGV[3 * i - 2])
-  if after <= tonumber(ARGV[3 * i - 1]) then
-    fits[i] = after
+  local room, wait = limit - cost, 0
+  if current <= room then
+    wait = (window - elapsed) - (room - current) * window / previous
   else
-    fits[i] = false
-    local kind = ARGV[3 * i]
-    if kind == '2' then
+    wait = (window - elapsed) + window - room * window / current
+  end
+  return math.max(1, math.ceil(wait)) + room * tick
+end
+
+for i = 1, #KEYS do
+  local flag = ARGV[3 * i]
+  local ok
+  if #flag > 1 then
+    local window = tonumber(string.sub(flag, 3))
+    local c = counts(KEYS[i], window)
+    local cost, limit = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+    ok = c[1] * (window - c[4]) / window + c[2] + cost <= limit
+    flag, windows[i], debts[i] = string.sub(flag, 1, 1), window, c
+    fits[i] = ok
+  else
+    local tat = tonumber(redis.call('GET', KEYS[i]))
+    local debt = 0
+    if tat and tat > now then
+      debt = tat - now
+    end
+    local after = debt + tonumber(ARGV[3 * i - 2])
+    ok = after <= tonumber(ARGV[3 * i - 1])
+    fits[i] = ok and after
+    debts[i] = debt
+  end
+  roles[i] = flag
+  if not ok then
+    if flag == '2' then
       rehearsed = 0
-    elseif kind == '3' then
+    elseif flag == '3' then
       admitted, rehearsed = 0, 0
-    elseif kind ~= '1' then
+    elseif flag ~= '1' then
       admitted = 0
     end
   end
-  debts[i] = debt
 end
 
 local reply = {admitted}
 for i = 1, #KEYS do
   local debt = debts[i]
   local charged = admitted
-  if ARGV[3 * i] == '2' then
+  if roles[i] == '2' then
     charged = rehearsed
   end
-  if charged == 1 and fits[i] then
+  local window = windows[i]
+  if window then
+    local c, cost, limit = debt, tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+    if charged == 1 and fits[i] then
+      local number = c[3]
+      c[2] = c[2] + cost
+      redis.call('HINCRBY', KEYS[i], string.format('%d', number), cost)
+      redis.call('HDEL', KEYS[i], string.format('%d', number - 2))
+      redis.call('PEXPIREAT', KEYS[i], math.ceil((number + 2) * window / 1000))
+    end
+    debt = sliding_state(c, cost, limit, window)
+  elseif charged == 1 and fits[i] then
     debt = fits[i]
     redis.call('SET', KEYS[i], string.format('%d', now + debt), 'PX', math.ceil(debt / 1000))
   end

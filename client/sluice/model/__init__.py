@@ -37,12 +37,18 @@ from sluice.kinds.gcra import (
     admits,
     geometry,
 )
+from sluice.kinds.sliding import (
+    SLIDING_WINDOW,
+    Sliding,
+    SlidingKind,
+)
 from sluice.parsing import (
     parse_concurrency,
     parse_limit,
     parse_policy,
     parse_route,
     parse_rules,
+    parse_sliding_window,
     parse_snapshot_fields,
 )
 from sluice.quota import (
@@ -58,6 +64,8 @@ from sluice.quota import (
     ConcurrencyLimit,
     Dimension,
     Limit,
+    RateLimit,
+    SlidingWindow,
     describe_limit,
     limit_in_words,
     public_description,
@@ -115,6 +123,7 @@ __all__ = [
     "MAX_TIMEOUT",
     "PERIODS",
     "PERIOD_WORDS",
+    "SLIDING_WINDOW",
     "Advertised",
     "Candidate",
     "ConcurrencyLimit",
@@ -130,6 +139,7 @@ __all__ = [
     "PatternError",
     "Policy",
     "Problem",
+    "RateLimit",
     "Resolution",
     "Resolver",
     "Route",
@@ -137,6 +147,9 @@ __all__ = [
     "Rules",
     "ScopeKind",
     "Shape",
+    "Sliding",
+    "SlidingKind",
+    "SlidingWindow",
     "Snapshot",
     "SnapshotError",
     "admits",
@@ -154,6 +167,7 @@ __all__ = [
     "parse_policy",
     "parse_route",
     "parse_rules",
+    "parse_sliding_window",
     "parse_snapshot_fields",
     "policy_problems",
     "policy_ref",

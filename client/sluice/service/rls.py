@@ -50,7 +50,7 @@ from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.message import DecodeError
 
 from sluice.decision import Decision, LimitStatus, Outcome
-from sluice.quota import ConcurrencyLimit, Dimension
+from sluice.quota import ConcurrencyLimit, Dimension, SlidingWindow
 from sluice.rules import Route
 
 from .accesslog import MARKER
@@ -259,7 +259,10 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
             return _Response.DescriptorStatus(
                 code=code, limit_remaining=status.remaining
             )
-        per_unit, unit = closest_unit(limit.rate, limit.period)
+        if isinstance(limit, SlidingWindow):
+            per_unit, unit = closest_unit(limit.limit, limit.window)
+        else:
+            per_unit, unit = closest_unit(limit.rate, limit.period)
         millis = round(1000 * (status.reset if status.fits else status.retry_after))
         return _Response.DescriptorStatus(
             code=code,

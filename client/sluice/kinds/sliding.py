@@ -1,0 +1,170 @@
+"""The sliding-window counter (Cloudflare's weighted pair of fixed windows) as a
+:class:`~.base.LimitKind`: "100 per minute" read literally.
+
+A key holds two counts, this window's and the previous one's (requests' worth,
+``lua/token_bucket.lua``'s sliding branch). At ``elapsed`` µs into the window
+the count is ``previous x (window - elapsed) / window + current``, and a request
+of ``cost`` fits when ``count + cost <= limit``.
+
+The state a reply carries is a duration, as the simulations need (they keep a
+key's state as a moment): measured in ``tick = ceil(window / limit)`` µs per
+request, it reads like a GCRA debt of the same limit, so the same arithmetic
+gives ``remaining`` and ``fits``:
+
+- while a request would fit, ``ceil(count x tick)``: the count, drained at the
+  nominal rate; at most ``(limit - cost) x tick``;
+- once it would not, ``wait + (limit - cost) x tick``, where ``wait`` is the
+  exact time until it fits (the previous window's share running down, then
+  this window's turn): ``Retry-After`` is exact.
+
+The in-process simulations (the local failure mode, the rejected-keys cache)
+then run it as a bucket of ``limit / window`` per µs, ``limit`` deep: close to
+the window's rule, never the script's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sluice.quota import PERIODS, SlidingWindow
+
+from .base import Advertised, Direction
+
+__all__ = ["SLIDING_WINDOW", "Sliding", "SlidingKind", "sliding_count", "sliding_state"]
+
+_MICROS = 1_000_000
+_HOT = "hot-key options (shards, leases) are for GCRA limits only: a sliding window is one key"
+
+
+@dataclass(frozen=True, slots=True)
+class Sliding:
+    """A sliding window in script units for one request cost."""
+
+    cost: int  #: requests' worth one request adds
+    limit: int  #: requests' worth a window admits
+    window: int  #: µs
+    tick: int  #: µs per request's worth in the state: ceil(window / limit)
+
+    def fits(self, state: int) -> bool:
+        """Whether a request fits a key whose state is ``state``."""
+        return state <= (self.limit - self.cost) * self.tick
+
+    def charged(self, state: int) -> int:
+        """The state once one request that fits is charged (the simulations' bucket)."""
+        return state + self.cost * self.tick
+
+    def remaining(self, state: int) -> int:
+        """Whole requests' worth left in the window."""
+        left = (self.limit * self.tick - state) // self.tick
+        return left if left > 0 else 0
+
+    def wait(self, state: int) -> int:
+        """µs until a request fits (exact for a script's rejection)."""
+        wait = state - (self.limit - self.cost) * self.tick
+        return wait if wait > 0 else 0
+
+    def reset(self, state: int) -> int:
+        """µs until the count has drained, at the nominal rate."""
+        return state
+
+
+def sliding_count(shape: Sliding, previous: int, current: int, elapsed: int) -> float:
+    """The weighted count of a key at ``elapsed`` µs into its window, in the
+    script's order of float operations (Redis's Lua numbers are doubles), so the
+    memory store replies what Redis does. A request fits when count + cost <= limit."""
+    return float(previous) * (shape.window - elapsed) / shape.window + current
+
+
+def sliding_state(shape: Sliding, previous: int, current: int, elapsed: int) -> int:
+    """The state (see the module) of a key holding ``previous`` and ``current``
+    (after the decision) at ``elapsed`` µs into the window: ``lua/token_bucket.lua``'s."""
+    window, cost, limit, tick = shape.window, shape.cost, shape.limit, shape.tick
+    count = sliding_count(shape, previous, current, elapsed)
+    room = limit - cost
+    if count + cost <= limit:
+        return math.ceil(count * tick)
+    if current <= room:  # the previous window's share runs down first
+        wait = (window - elapsed) - (room - current) * window / previous
+    else:  # this window's count becomes the previous one's and runs down
+        wait = (window - elapsed) + window - room * window / current
+    return max(1, math.ceil(wait)) + room * tick
+
+
+def _window_us(limit: SlidingWindow) -> int:
+    return limit.window * _MICROS
+
+
+class SlidingKind:
+    """The sliding-window counter (:class:`~.quota.SlidingWindow`)."""
+
+    name = "sliding_window"
+    limit_type = SlidingWindow
+
+    def problems(self, limit: SlidingWindow, *, cost: int) -> list[tuple[str, str]]:
+        """A window that holds the request cost, and no hot-key option."""
+        errors = []
+        if limit.limit < cost:
+            errors.append(
+                (
+                    ".limit",
+                    f"limit {limit.limit} is below the request cost {cost}: "
+                    "such requests could never pass",
+                )
+            )
+        if limit.shards != 1:
+            errors.append((".shards", _HOT))
+        if limit.lease:
+            errors.append((".lease", _HOT))
+        return errors
+
+    def shape(self, limit: SlidingWindow, *, cost: int, share: int = 1) -> Sliding:
+        """The window's numbers; ``share`` divides the limit (never below one request)."""
+        held = max(cost, limit.limit // share)
+        window = _window_us(limit)
+        return Sliding(
+            cost, held, window, math.ceil(window / held)
+        )  # as the script does
+
+    def arguments(self, shape: Sliding, *, flag: bytes) -> tuple[bytes, ...]:
+        """cost, limit and the flag followed by ``w`` and the window in µs: the
+        sliding branch of ``lua/token_bucket.lua`` (three ARGV per limit, as GCRA)."""
+        return (
+            b"%d" % shape.cost,
+            b"%d" % shape.limit,
+            b"%sw%d" % (flag, shape.window),
+        )
+
+    def advertised(self, limit: SlidingWindow, shape: Sliding) -> Advertised:
+        """``<dimension>-<window unit>-sliding``, q = the limit, w = the window."""
+        return Advertised(
+            f"{limit.dimension.value}-{PERIODS[limit.window]}-sliding",
+            shape.limit,
+            limit.window,
+        )
+
+    def direction(
+        self, before: SlidingWindow, after: SlidingWindow, *, route_cost: int
+    ) -> Direction:
+        """Against the client: fewer requests per window, the same limit over a
+        longer window, a higher cost per request."""
+        # requests per second, compared without rounding: limit / window
+        rate_before, rate_after = (
+            before.limit * after.window,
+            after.limit * before.window,
+        )
+        cost_before = before.cost or route_cost
+        cost_after = after.cost or route_cost
+        if after.limit < before.limit or rate_after < rate_before:
+            return Direction.LOWERED
+        if cost_after > cost_before:
+            return Direction.LOWERED
+        if after.limit > before.limit or rate_after > rate_before:
+            return Direction.RAISED
+        if cost_after < cost_before:
+            return Direction.RAISED
+        return Direction.UNCHANGED
+
+
+#: The one sliding-window kind (kinds hold no state).
+SLIDING_WINDOW = SlidingKind()
