@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
+import sluice.model as sluice_model
 from limits.choices import Dimension, FailureMode, LimitKind, ScopeKind
 from limits.models import Limit, Snapshot
 from limits.publishing.rollback import snapshot_rollback
@@ -123,3 +124,57 @@ def test_snapshot_schema__malformed_document__rejected(
         target = target[key]
     target[path[-1]] = value
     assert list(validator.iter_errors(document))
+
+
+@pytest.mark.parametrize(
+    ("limit", "valid"),
+    [
+        (sluice_model.SlidingWindow(sluice_model.Dimension.USER, 100, 60), True),
+        (sluice_model.Limit(sluice_model.Dimension.USER, 10, 1, 20), True),
+        (
+            {
+                "kind": "gcra",
+                "dimension": "ip",
+                "rate": 1,
+                "period": 1,
+                "burst": 1,
+                "cost": None,
+                "shadow": False,
+            },
+            True,
+        ),
+        (
+            {
+                "kind": "sliding_window",
+                "dimension": "ip",
+                "limit": 5,
+                "window": 60,
+                "cost": None,
+                "shadow": False,
+                "shards": 2,
+            },
+            False,
+        ),
+        (
+            {
+                "kind": "leaky",
+                "dimension": "ip",
+                "rate": 1,
+                "period": 1,
+                "burst": 1,
+                "cost": None,
+                "shadow": False,
+            },
+            False,
+        ),
+    ],
+)
+def test_snapshot_schema__limit_kinds__kind_absent_is_gcra(limit, valid):
+    # Given the schema of one limit, and a limit of each kind (the client's own
+    # documents, or written by hand)
+    validator = Draft202012Validator(
+        {"$defs": SCHEMA["$defs"], "$ref": "#/$defs/limit"}
+    )
+    document = limit if isinstance(limit, dict) else limit.to_json()
+    # Then the schema takes a kind it knows, gcra when the member is absent
+    assert validator.is_valid(document) is valid
