@@ -260,11 +260,13 @@ class MemoryStore:
         return entry[0]
 
     def _hcharge(self, window: _Window, expiry_ms: int, now: int) -> None:
-        """HINCRBY this window's field, HDEL the one of two windows ago, PEXPIREAT."""
-        fields = dict(self._hget(window.key, now))
-        fields[window.number] = fields.get(window.number, 0) + window.shape.cost
-        fields.pop(window.number - 2, None)
-        self._hashes[window.key] = (fields, expiry_ms)
+        """HINCRBY this window's field; on the window's first charge, HDEL the one of
+        two windows ago and PEXPIREAT (a live key's fields are changed in place)."""
+        fields = self._hget(window.key, now)
+        count = fields[window.number] = fields.get(window.number, 0) + window.shape.cost
+        if count == window.shape.cost:
+            fields.pop(window.number - 2, None)
+            self._hashes[window.key] = (fields, expiry_ms)
 
     def _hot(self, keys: list[str], argv: list[str], now: int) -> list[int]:
         """``lua/hot.lua``: buckets with leases, then concurrency slots."""

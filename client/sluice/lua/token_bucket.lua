@@ -20,9 +20,10 @@
 -- in microseconds ("0w60000000"). Its key is a hash of two counts, fields named
 -- by the window's number (now // window): this window's and the previous one's;
 -- count = previous x (window - elapsed) / window + current, and a request fits
--- when count + cost <= limit. A charge adds the cost to this window's field,
--- drops the field of two windows ago and expires the key when this window's
--- count stops mattering (the end of the next window). Its state in the reply is
+-- when count + cost <= limit. A charge adds the cost to this window's field;
+-- the window's first charge also drops the field of two windows ago and
+-- expires the key when this window's count stops mattering (the end of the
+-- next window), so a key holds at most two fields and lives two windows at most. Its state in the reply is
 -- a duration in ticks of ceil(window / limit) µs: the count x tick while a
 -- request would fit, else the exact wait until it fits + (limit - cost) x tick.
 --
@@ -39,7 +40,7 @@
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local debts, fits, roles, windows = {}, {}, {}, {}
+local debts, fits, windows = {}, {}, {}
 local admitted, rehearsed = 1, 1
 
 -- A sliding window's {previous, current, number, elapsed} counts at now.
@@ -87,7 +88,6 @@ for i = 1, #KEYS do
     fits[i] = ok and after
     debts[i] = debt
   end
-  roles[i] = flag
   if not ok then
     if flag == '2' then
       rehearsed = 0
@@ -103,23 +103,30 @@ local reply = {admitted}
 for i = 1, #KEYS do
   local debt = debts[i]
   local charged = admitted
-  if roles[i] == '2' then
-    charged = rehearsed
-  end
   local window = windows[i]
   if window then
-    local c, cost, limit = debt, tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
-    if charged == 1 and fits[i] then
-      local number = c[3]
-      c[2] = c[2] + cost
-      redis.call('HINCRBY', KEYS[i], string.format('%d', number), cost)
-      redis.call('HDEL', KEYS[i], string.format('%d', number - 2))
-      redis.call('PEXPIREAT', KEYS[i], math.ceil((number + 2) * window / 1000))
+    local cost, limit = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+    if string.sub(ARGV[3 * i], 1, 1) == '2' then
+      charged = rehearsed
     end
-    debt = sliding_state(c, cost, limit, window)
-  elseif charged == 1 and fits[i] then
-    debt = fits[i]
-    redis.call('SET', KEYS[i], string.format('%d', now + debt), 'PX', math.ceil(debt / 1000))
+    if charged == 1 and fits[i] then
+      local number = debt[3]
+      debt[2] = debt[2] + cost
+      if redis.call('HINCRBY', KEYS[i], string.format('%d', number), cost) == cost then
+        -- this window's first charge: once per window, not per request
+        redis.call('HDEL', KEYS[i], string.format('%d', number - 2))
+        redis.call('PEXPIREAT', KEYS[i], math.ceil((number + 2) * window / 1000))
+      end
+    end
+    debt = sliding_state(debt, cost, limit, window)
+  else
+    if ARGV[3 * i] == '2' then
+      charged = rehearsed
+    end
+    if charged == 1 and fits[i] then
+      debt = fits[i]
+      redis.call('SET', KEYS[i], string.format('%d', now + debt), 'PX', math.ceil(debt / 1000))
+    end
   end
   reply[2 * i] = fits[i] and 1 or 0
   reply[2 * i + 1] = debt
