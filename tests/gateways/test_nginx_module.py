@@ -29,7 +29,8 @@ import pytest
 import redis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sluice import Bundle, KeyRing, Snapshot
+from sluice import Bundle, Dimension, KeyRing, Limiter, Snapshot, rate_limit_headers
+from sluice.model import SlidingWindow
 from sluice.signing import sign
 from tests.celery_fixtures import wait_until
 from tests.client.protocol_server import ProtocolServer
@@ -716,3 +717,45 @@ def test_nginx_module__rotation_overlap__old_and_new_keys_both_accepted(
         every=0.05,
         why="the bundle signed by the new key to be applied",
     )
+
+
+def test_nginx_module__sliding_window__decides_as_the_python_client(
+    start_nginx, rules_server, redis_client
+):
+    # Given tier free's searches limited to 3 in any minute per account (a sliding
+    # window), served to nginx and to the Python client
+    active = corpus.snapshot()
+    window = SlidingWindow(Dimension.TENANT, 3, 60)
+    windowed = tuple(
+        replace(p, limits=(window,))
+        if (p.scope, p.route) == ("tier:free", "search")
+        else p
+        for p in active.rules.policies
+    )
+    snapshot = Snapshot.build(
+        version=corpus.VERSION,
+        parent=None,
+        published_at=corpus.PUBLISHED,
+        effective_at=corpus.PUBLISHED,
+        rules=replace(active.rules, policies=windowed),
+    )
+    rules_server.serve(Bundle(snapshot))
+    port, _ = start_nginx(port_of(rules_server))
+    wait_applied(rules_server)
+    # When one free tenant searches 4 times through nginx, another 4 times through
+    # the client (the same Redis)
+    answers = [call(port, "/v1/search", tenant="free-a") for _ in range(4)]
+    limiter = Limiter(redis_client, snapshot)
+    decisions = [limiter.decide(route="search", tenant="free-b") for _ in range(4)]
+    # Then both admit 3 and reject the 4th, with the same policy and remaining
+    assert [a.status for a in answers] == [200, 200, 200, 429]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    headers = dict(rate_limit_headers(decisions[1]))
+    assert answers[1].headers["ratelimit-policy"] == headers["RateLimit-Policy"]
+    assert answers[1].headers["ratelimit"] == headers["RateLimit"]
+    assert answers[3].headers["ratelimit-policy"] == '"tenant-min-sliding";q=3;w=60'
+    assert 0 < int(answers[3].headers["retry-after"]) <= 120
+    # And nginx counted in the window's hash, as the script's sliding branch does
+    keys = redis_client.keys("*free-a*sliding_window")
+    assert len(keys) == 1
+    assert list(redis_client.hgetall(keys[0]).values()) == [b"3"]

@@ -204,8 +204,13 @@ function _M.limit_in_words(limit, concurrent)
   if concurrent then
     return "at most " .. requests(limit.max_inflight) .. " in flight " .. subject
   end
-  local text = requests(limit.rate) .. " per " .. PERIOD_WORDS[limit.period] .. " " .. subject
-    .. ", bursts of " .. thousands(limit.burst)
+  local text
+  if limit.kind == "sliding_window" then -- no burst: any window holds at most the limit
+    text = requests(limit.limit) .. " in any " .. PERIOD_WORDS[limit.window] .. " " .. subject
+  else
+    text = requests(limit.rate) .. " per " .. PERIOD_WORDS[limit.period] .. " " .. subject
+      .. ", bursts of " .. thousands(limit.burst)
+  end
   if limit.cost ~= nil and limit.cost ~= 1 then
     text = text .. "; each request counts as " .. thousands(limit.cost)
   end

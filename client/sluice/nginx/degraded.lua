@@ -90,14 +90,27 @@ function Gateway:owe(prepared, decision)
       return -- past the bound, over-admission is not paid back
     end
     entry = { keys = prepared.keys, amounts = {}, capacities = {} }
+    -- charge.lua knows GCRA only: the other kinds' admissions are not paid back
+    local keys = {}
     for i, p in ipairs(prepared.plan.limits) do
-      entry.amounts[i], entry.capacities[i] = 0, p.capacity
+      if p.gcra then
+        keys[#keys + 1] = prepared.keys[i]
+        entry.amounts[#keys], entry.capacities[#keys] = 0, p.capacity
+      end
     end
+    if #keys == 0 then
+      return
+    end
+    entry.keys = keys
     self.owed[id], self.owed_count = entry, self.owed_count + 1
   end
+  local at = 0
   for i, p in ipairs(prepared.plan.limits) do
-    if decision.statuses[i].fits then
-      entry.amounts[i] = entry.amounts[i] + p.increment
+    if p.gcra then
+      at = at + 1
+      if decision.statuses[i].fits then
+        entry.amounts[at] = entry.amounts[at] + p.increment
+      end
     end
   end
 end

@@ -2,6 +2,11 @@
 -- sluice/bucket.py: per limit its geometry in microseconds of refill (tick,
 -- increment, capacity), its key parts and its header name; per policy the
 -- token-bucket script's arguments, already formatted.
+--
+-- A sliding window (sluice/kinds/sliding.py) is read by the simulations
+-- (failure.lua, hotkeys.lua, answer.lua) with the bucket's arithmetic: its state
+-- in ticks of ceil(window / limit) µs fits, counts down and waits exactly as a
+-- bucket of increment = cost x tick and capacity = limit x tick does.
 
 local ceil, floor, max = math.ceil, math.floor, math.max
 
@@ -11,7 +16,36 @@ local PERIODS = { [1] = "s", [60] = "min", [3600] = "h", [86400] = "day" }
 local MICROS = 1000000
 _M.PERIODS = PERIODS
 
+local function window_plan(policy, limit, cost, share)
+  local held = max(cost, floor(limit.limit / share))
+  local window = limit.window * MICROS
+  local tick = ceil(window / held) -- as token_bucket.lua computes it
+  return {
+    limit = limit,
+    dimension = limit.dimension,
+    name = limit.dimension .. "-" .. PERIODS[limit.window] .. "-sliding",
+    middle = "}:route:" .. policy.route .. ":" .. limit.dimension .. ":",
+    suffix = ":" .. limit.window .. "s:sliding_window",
+    tick = tick,
+    increment = cost * tick,
+    capacity = held * tick,
+    quota = held,
+    window = limit.window,
+    shadow = limit.shadow,
+    shards = 1,
+    lease = 0,
+    lease_us = 0,
+    gcra = false,
+    -- token_bucket.lua's ARGV: cost, limit, and the flag followed by w<window µs>
+    argv = { string.format("%d", cost), string.format("%d", held) },
+    rest = "w" .. string.format("%d", window),
+  }
+end
+
 local function limit_plan(policy, limit, cost, share)
+  if limit.kind == "sliding_window" then
+    return window_plan(policy, limit, cost, share)
+  end
   local shards = limit.shards
   local part = share * shards
   local tick = max(1, ceil(limit.period * MICROS * part / limit.rate))
@@ -32,6 +66,9 @@ local function limit_plan(policy, limit, cost, share)
     shards = shards,
     lease = limit.lease > 0 and max(1, floor(limit.lease / cost)) or 0, -- requests' worth
     lease_us = limit.lease > 0 and limit.lease_ms * 1000 or 0,
+    gcra = true,
+    argv = { string.format("%d", cost * tick), string.format("%d", capacity) },
+    rest = "",
   }
 end
 
@@ -41,9 +78,9 @@ function _M.compile(policy, cost, share)
   for i, limit in ipairs(policy.limits) do
     local plan = limit_plan(policy, limit, limit.cost or cost, share)
     limits[i] = plan
-    args[#args + 1] = string.format("%d", plan.increment)
-    args[#args + 1] = string.format("%d", plan.capacity)
-    args[#args + 1] = limit.shadow and "1" or "0"
+    args[#args + 1] = plan.argv[1]
+    args[#args + 1] = plan.argv[2]
+    args[#args + 1] = (limit.shadow and "1" or "0") .. plan.rest
     counts_tenant = counts_tenant or limit.dimension == "tenant"
     sharded = sharded or limit.shards > 1
     leased = leased or plan.lease > 0

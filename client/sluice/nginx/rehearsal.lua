@@ -64,13 +64,13 @@ local function rehearsal_plan(active, scheduled, version)
   end
   local args = { unpack(active.args) }
   for _, index in ipairs(shared) do
-    args[3 * index + 3] = "3" -- an enforced limit the rehearsed version shares
+    args[3 * index + 3] = "3" .. active.limits[index + 1].rest -- an enforced limit the rehearsed version shares
   end
   local reads = {}
   for i, p in ipairs(limits) do
-    args[#args + 1] = string.format("%d", p.increment)
-    args[#args + 1] = string.format("%d", p.capacity)
-    args[#args + 1] = "2" -- a rehearsed limit: never rejects
+    args[#args + 1] = p.argv[1]
+    args[#args + 1] = p.argv[2]
+    args[#args + 1] = "2" .. p.rest -- a rehearsed limit: never rejects
     reads[#reads + 1] = #active.limits + i - 1
   end
   for _, index in ipairs(shared) do

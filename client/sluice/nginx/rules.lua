@@ -53,24 +53,53 @@ _M.epoch = epoch
 
 -- Snapshots -----------------------------------------------------------------------
 
+-- A sliding window (sluice/quota.py SlidingWindow); hot-key options are GCRA's only.
+local function window_of(raw, l)
+  if not PERIODS[l.window] or l.limit < 1 or value(l.shards) or value(l.lease) then
+    error("bad limit in " .. raw.scope .. "/" .. raw.route)
+  end
+  return {
+    kind = "sliding_window",
+    dimension = l.dimension,
+    limit = l.limit,
+    window = l.window,
+    period = l.window,
+    cost = value(l.cost),
+    shadow = l.shadow == true,
+    shards = 1,
+    lease = 0,
+    lease_ms = 1000,
+    name = value(l.name),
+    description = value(l.description),
+  }
+end
+
 local function policy_of(raw)
   local limits = {}
   for i, l in ipairs(raw.limits) do
-    limits[i] = {
-      dimension = l.dimension,
-      rate = l.rate,
-      period = l.period,
-      burst = l.burst,
-      cost = value(l.cost),
-      shadow = l.shadow == true,
-      shards = value(l.shards) or 1,
-      lease = value(l.lease) or 0,
-      lease_ms = value(l.lease_ms) or 1000,
-      name = value(l.name),
-      description = value(l.description),
-    }
-    if not PERIODS[l.period] or l.rate < 1 or l.burst < 1 then
-      error("bad limit in " .. raw.scope .. "/" .. raw.route)
+    local kind = value(l.kind) or "gcra"
+    if kind == "sliding_window" then
+      limits[i] = window_of(raw, l)
+    elseif kind ~= "gcra" then
+      error("unknown limit kind " .. tostring(kind) .. " in " .. raw.scope .. "/" .. raw.route)
+    else
+      limits[i] = {
+        kind = "gcra",
+        dimension = l.dimension,
+        rate = l.rate,
+        period = l.period,
+        burst = l.burst,
+        cost = value(l.cost),
+        shadow = l.shadow == true,
+        shards = value(l.shards) or 1,
+        lease = value(l.lease) or 0,
+        lease_ms = value(l.lease_ms) or 1000,
+        name = value(l.name),
+        description = value(l.description),
+      }
+      if not PERIODS[l.period] or l.rate < 1 or l.burst < 1 then
+        error("bad limit in " .. raw.scope .. "/" .. raw.route)
+      end
     end
   end
   local concurrency = {}
