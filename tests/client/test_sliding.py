@@ -16,8 +16,16 @@ from sluice import (
     validate_rules,
 )
 from sluice.kinds import SLIDING_WINDOW, Direction, kind_of
+from sluice.kinds.gcra import Geometry
 from sluice.memory import MemoryStore
-from sluice.model import Dimension, SlidingWindow, parse_limit, parse_policy
+from sluice.model import (
+    Dimension,
+    SlidingWindow,
+    describe_limit,
+    limit_in_words,
+    parse_limit,
+    parse_policy,
+)
 from sluice.plans import compile_policy
 from sluice.rehearsal import rehearsal_plan
 from sluice.testing import Clock
@@ -253,3 +261,33 @@ def test_sliding__direction__against_the_client_is_lowered(after, direction):
     # Then a change's direction is the kind's
     assert kind_of(before) is SLIDING_WINDOW
     assert SLIDING_WINDOW.direction(before, after, route_cost=1) is direction
+
+
+def test_sliding__in_words__no_burst_any_window():
+    # Given 3 requests in any minute per user, costing 2 each
+    window = sliding("user", 3, 60, cost=2)
+    # Then customers and support read it as a window, not a bucket
+    assert limit_in_words(window) == (
+        "3 requests in any minute per user; each request counts as 2"
+    )
+    assert describe_limit(window) == "per user: 3 / min (sliding window), cost 2"
+
+
+@pytest.mark.parametrize(
+    "state", [0, 1, 11_999_999, 12_000_000, 48_000_000, 48_000_001, 90_000_000]
+)
+def test_sliding__state__read_with_the_buckets_arithmetic(state):
+    # Given 5 per minute at a cost of 1 (a tick of 12 s), and the bucket of
+    # increment 1 tick, capacity 5 ticks (what the nginx module runs for it)
+    shape = SLIDING_WINDOW.shape(sliding(), cost=1)
+    bucket = Geometry(shape.tick, shape.tick, 5 * shape.tick)
+    # Then both read any state alike
+    assert (shape.fits(state), shape.charged(state)) == (
+        bucket.fits(state),
+        bucket.charged(state),
+    )
+    assert (shape.remaining(state), shape.wait(state), shape.reset(state)) == (
+        bucket.remaining(state),
+        bucket.wait(state),
+        bucket.reset(state),
+    )

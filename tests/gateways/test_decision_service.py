@@ -16,7 +16,8 @@ import pytest
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
-from sluice import STREAM_KEY, Bundle, FailureMode, Route
+from sluice import STREAM_KEY, Bundle, Dimension, FailureMode, Route
+from sluice.model import SlidingWindow
 from tests.celery_fixtures import wait_until
 from tests.client.factories import (
     PUBLISHED,
@@ -439,3 +440,32 @@ def test_decision_service__unsigned_bundle__refused_reported_and_rules_kept(serv
     assert reasons == {"signature: the bundle is not signed"}
     assert service.version() == 1
     assert service.output().count("snapshot.rejected") == 1
+
+
+def test_rls__sliding_window__its_limit_in_the_closest_unit(serve):
+    # Given searches limited to 2 in any minute per tenant (a sliding window)
+    windowed = snapshot(
+        rules(
+            policy("default", "search", SlidingWindow(Dimension.TENANT, 2, 60)),
+            routes=ROUTES,
+        )
+    )
+    service, _ = serve(Bundle(windowed))
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+    rls = rls_pb2_grpc.RateLimitServiceStub(channel)
+    # When Envoy asks three times for one tenant
+    replies = [
+        ask(rls, search(remote_address="203.0.113.9"), descriptor(tenant="acme"))
+        for _ in range(3)
+    ]
+    channel.close()
+    # Then two are OK, the third OVER_LIMIT, and the status names the window
+    assert [r.overall_code for r in replies] == [Response.OK] * 2 + [
+        Response.OVER_LIMIT
+    ]
+    first = replies[0].statuses[1]
+    assert first.current_limit.name == "tenant-min-sliding"
+    assert first.current_limit.requests_per_unit == 2
+    assert first.current_limit.unit == Response.RateLimit.MINUTE
+    assert first.limit_remaining == 1
+    assert headers(replies[0])["RateLimit"] == '"tenant-min-sliding";r=1;t=30'
