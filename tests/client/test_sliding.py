@@ -15,6 +15,7 @@ from sluice import (
     retry_after_seconds,
     validate_rules,
 )
+from sluice.bucket import SCRIPT
 from sluice.kinds import SLIDING_WINDOW, Direction, kind_of
 from sluice.kinds.gcra import Geometry
 from sluice.memory import MemoryStore
@@ -291,3 +292,26 @@ def test_sliding__state__read_with_the_buckets_arithmetic(state):
         bucket.wait(state),
         bucket.reset(state),
     )
+
+
+def test_sliding__memory_store__replies_as_redis_at_the_same_instants(redis_client):
+    # Given a window of 3 per second, called on Redis for a little over two
+    # windows (both of the wait's branches, and a window's first charges)
+    args = SLIDING_WINDOW.arguments(
+        SLIDING_WINDOW.shape(sliding(most=3, window=1), cost=1), flag=b"0"
+    )
+    script = redis_client.register_script(SCRIPT)
+    key = "rl:{t}:route:search:ip:1:1s:sliding_window"
+    calls = [script(keys=[key], args=args)]
+    while calls[-1][-1] - calls[0][-1] < 2_200_000:  # Redis's µs, not this clock
+        calls.append(script(keys=[key], args=args))
+    # When a memory store runs the same calls at the instants Redis ran them
+    clock = Clock()
+    memory = MemoryStore(clock=clock).script(SCRIPT)
+    replayed = []
+    for reply in calls:
+        clock.now = (reply[-1] + 0.5) / 1_000_000  # exactly that µs once truncated
+        replayed.append(memory([key], list(args)))
+    # Then every reply is Redis's: fits, state and time
+    assert replayed == calls
+    assert {reply[1] for reply in calls} == {0, 1}
