@@ -17,9 +17,11 @@ gives ``remaining`` and ``fits``:
   exact time until it fits (the previous window's share running down, then
   this window's turn): ``Retry-After`` is exact.
 
-The in-process simulations (the local failure mode, the rejected-keys cache)
-then run it as a bucket of ``limit / window`` per µs, ``limit`` deep: close to
-the window's rule, never the script's.
+Every method of :class:`Sliding` is the GCRA :class:`~.gcra.Geometry`'s with
+``increment = cost x tick`` and ``capacity = limit x tick`` (the nginx module
+reads the state with that arithmetic). The in-process simulations (the local
+failure mode, the rejected-keys cache) so run a window as a bucket refilling
+``limit`` per window, ``limit`` deep: close to the window's rule, not the rule.
 """
 
 from __future__ import annotations
