@@ -29,8 +29,8 @@ from sluice.model import (
     ConcurrencyLimit,
     Direction,
     Level,
-    Limit,
     Policy,
+    RateLimit,
     Resolution,
     Resolver,
     Rules,
@@ -109,16 +109,19 @@ def worst(kinds: Iterable[ChangeKind]) -> ChangeKind:
     return ChangeKind.CHANGED
 
 
-def compare_limit(before: Limit, after: Limit, route_cost: int) -> ChangeKind:
+def compare_limit(before: RateLimit, after: RateLimit, route_cost: int) -> ChangeKind:
     """Direction of one enforced limit (same dimension and period) for a client,
     as its kind says (:meth:`sluice.kinds.LimitKind.direction`): any move against
-    the client makes it lowered, even if another member rose."""
-    return _CHANGE_KINDS[
-        kind_of(before).direction(before, after, route_cost=route_cost)
-    ]
+    the client makes it lowered, even if another member rose. A limit whose kind
+    changes (a bucket becoming a sliding window) counts as lowered: the two kinds'
+    numbers do not compare, so the change gets the notice and approval of one."""
+    kind = kind_of(before)
+    if kind is not kind_of(after):
+        return ChangeKind.LOWERED
+    return _CHANGE_KINDS[kind.direction(before, after, route_cost=route_cost)]
 
 
-def bucket_kind(before: Limit, after: Limit, cost: int) -> ChangeKind:
+def bucket_kind(before: RateLimit, after: RateLimit, cost: int) -> ChangeKind:
     """Direction of one bucket kept across a change; shadow limits never reject,
     so turning one on raises and turning one off lowers."""
     if before.shadow and after.shadow:
@@ -129,7 +132,7 @@ def bucket_kind(before: Limit, after: Limit, cost: int) -> ChangeKind:
 
 
 def compare_limits(
-    before: Iterable[Limit], after: Iterable[Limit], *, route_cost: int = 1
+    before: Iterable[RateLimit], after: Iterable[RateLimit], *, route_cost: int = 1
 ) -> ChangeKind:
     """Direction from one set of limits to another; shadow limits never reject, so
     they count as absent. An enforced bucket that appears is lowered, one that goes is raised."""
@@ -213,7 +216,7 @@ class Probe:
         return self._resolver.resolve(tenant=tenant, route=route_slug, now=FAR_FUTURE)
 
 
-def _limits(policy: Policy | None) -> tuple[Limit, ...]:
+def _limits(policy: Policy | None) -> tuple[RateLimit, ...]:
     return policy.limits if policy else ()
 
 

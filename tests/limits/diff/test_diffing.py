@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from limits.diff.diffing import RulesDiff, rules_diff
+from limits.diff.impact import compare_limits
 from limits.diff.kinds import ChangeKind
 from limits.publishing.services import snapshot_publish
 from limits.versions.selectors import ACTIVE, WORKING_COPY, snapshot_diff
@@ -23,6 +24,7 @@ from sluice import (
     Rules,
     validate_rules,
 )
+from sluice.model import SlidingWindow
 from tests.client.strategies import NOW, limits, rule_sets
 
 # These tests are about publishing mechanics, not the notice period.
@@ -355,3 +357,31 @@ def test_snapshot_diff__two_versions_and_working_copy__compared(rules, publisher
     assert [c.text for c in working.changes] == [
         "tier pro · search: per tenant: 20 / s, burst 40 → 70 / s, burst 140"
     ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kind"),
+    [
+        (
+            SlidingWindow(Dimension.USER, 100, 60),
+            SlidingWindow(Dimension.USER, 50, 60),
+            ChangeKind.LOWERED,
+        ),
+        (
+            SlidingWindow(Dimension.USER, 100, 60),
+            SlidingWindow(Dimension.USER, 200, 60, cost=1),
+            ChangeKind.RAISED,
+        ),
+        (
+            Limit(Dimension.USER, 100, 60, 100),
+            SlidingWindow(Dimension.USER, 1000, 60),
+            ChangeKind.LOWERED,
+        ),
+    ],
+)
+def test_compare_limits__sliding_windows__their_kind_decides_and_a_kind_change_lowers(
+    before, after, kind
+):
+    # Given a limit per user replaced by another over the same period
+    # Then the kind says the direction; a change of kind is a lowering
+    assert compare_limits([before], [after]) is kind
