@@ -97,13 +97,7 @@ class Limit:
             "cost": self.cost,
             "shadow": self.shadow,
         }
-        # Optional members are written only when set, keeping older bytes unchanged.
-        if self.shards != 1:
-            data["shards"] = self.shards
-        if self.lease:
-            data["lease"] = self.lease
-        if self.lease_ms != DEFAULT_LEASE_MS:
-            data["lease_ms"] = self.lease_ms
+        _hot_members(self, data)
         _public_members(self, data)
         return data
 
@@ -160,12 +154,7 @@ class SlidingWindow:
             "cost": self.cost,
             "shadow": self.shadow,
         }
-        if self.shards != 1:
-            data["shards"] = self.shards
-        if self.lease:
-            data["lease"] = self.lease
-        if self.lease_ms != DEFAULT_LEASE_MS:
-            data["lease_ms"] = self.lease_ms
+        _hot_members(self, data)
         _public_members(self, data)
         return data
 
@@ -206,6 +195,17 @@ class ConcurrencyLimit:
 
     def sort_key(self) -> tuple[str, int, int, bool]:
         return (self.dimension, self.max_inflight, self.timeout, self.shadow)
+
+
+def _hot_members(limit: Limit | SlidingWindow, data: dict[str, Any]) -> None:
+    """The hot-key options, written only when set: snapshots without them keep their
+    bytes (a sliding window carries them only for validation to refuse them)."""
+    if limit.shards != 1:
+        data["shards"] = limit.shards
+    if limit.lease:
+        data["lease"] = limit.lease
+    if limit.lease_ms != DEFAULT_LEASE_MS:
+        data["lease_ms"] = limit.lease_ms
 
 
 def _public_members(limit: RateLimit | ConcurrencyLimit, data: dict[str, Any]) -> None:
