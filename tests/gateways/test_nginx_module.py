@@ -53,6 +53,27 @@ def cache_dir():
 
 
 @pytest.fixture
+def nginx_on_own_redis(backend, tmp_path, cache_dir, rules_server):
+    """nginx with a 200 ms Redis timeout on a Redis of its own, which the test may
+    stop, pause or kill: (nginx's port, the Redis server)."""
+    store = RedisServer().start()
+    port = free_port()
+    process = servers.nginx_module(
+        tmp_path,
+        port=port,
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=store.port,
+        token=rules_server.token,
+        cache=cache_dir,
+        redis_timeout_ms=200,
+    ).start()
+    yield port, store
+    process.stop()
+    store.cleanup()
+
+
+@pytest.fixture
 def start_nginx(redis_server, redis_client, backend, tmp_path, cache_dir):
     """``start_nginx(control_plane_port, token)``: nginx with the module; stopped after."""
     started = []
@@ -276,49 +297,27 @@ def test_make_run_nginx__rendered_for_this_machine__decides(
 
 
 def test_nginx_module__redis_stalls__each_route_fails_its_way_within_the_timeout(
-    backend, tmp_path, cache_dir, rules_server
+    nginx_on_own_redis, rules_server
 ):
     # Given nginx with a 200 ms Redis timeout, on a Redis that then stops answering
-    stalled = RedisServer().start()
-    port = free_port()
-    process = servers.nginx_module(
-        tmp_path,
-        port=port,
-        backend=backend.port,
-        control_plane=port_of(rules_server),
-        redis=stalled.port,
-        token=rules_server.token,
-        cache=cache_dir,
-        redis_timeout_ms=200,
-    ).start()
+    port, stalled = nginx_on_own_redis
+    wait_applied(rules_server)
+    stalled.process.send_signal(signal.SIGSTOP)
     try:
-        wait_until(
-            lambda: reported(
-                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
-            ),
-            timeout=60,
-            every=0.05,
-            why="the rules to be applied",
-        )
-        stalled.process.send_signal(signal.SIGSTOP)
-        try:
-            # When requests come for a route that fails closed and one that fails open
-            closed = call(port, "/v1/orders/5", tenant="stall-t")
-            opened = call(port, "/v1/search", tenant="stall-t")
-        finally:
-            stalled.process.send_signal(signal.SIGCONT)
-        # Then the first is refused with the limiter's 503, the second admitted by the
-        # in-process bucket (its RateLimit fields, marked degraded): the timeout
-        # answered, not the client's patience
-        assert (closed.status, closed.json()["error"]) == (503, "limiter_unavailable")
-        assert closed.headers["retry-after"] == "1"
-        assert closed.headers["sluice-degraded"] == "closed"
-        assert opened.status == 200
-        assert opened.headers["sluice-degraded"] == "open"
-        assert "ratelimit" in opened.headers
+        # When requests come for a route that fails closed and one that fails open
+        closed = call(port, "/v1/orders/5", tenant="stall-t")
+        opened = call(port, "/v1/search", tenant="stall-t")
     finally:
-        process.stop()
-        stalled.cleanup()
+        stalled.process.send_signal(signal.SIGCONT)
+    # Then the first is refused with the limiter's 503, the second admitted by the
+    # in-process bucket (its RateLimit fields, marked degraded): the timeout
+    # answered, not the client's patience
+    assert (closed.status, closed.json()["error"]) == (503, "limiter_unavailable")
+    assert closed.headers["retry-after"] == "1"
+    assert closed.headers["sluice-degraded"] == "closed"
+    assert opened.status == 200
+    assert opened.headers["sluice-degraded"] == "open"
+    assert "ratelimit" in opened.headers
 
 
 _PROBES = itertools.count()
@@ -340,60 +339,45 @@ def all_at_once(port: int, requests: list[tuple[str, str]]) -> list[Answer]:
 
 
 def test_nginx_module__pipelined_redis_paused_then_killed__failure_modes_then_redis_again(
-    backend, tmp_path, cache_dir, rules_server
+    nginx_on_own_redis, rules_server
 ):
     # Given nginx whose worker pipelines its script calls on one connection (the
     # default), with a 200 ms Redis timeout, deciding on Redis
-    store = RedisServer().start()
-    port = free_port()
-    process = servers.nginx_module(
-        tmp_path,
-        port=port,
-        backend=backend.port,
-        control_plane=port_of(rules_server),
-        redis=store.port,
-        token=rules_server.token,
-        cache=cache_dir,
-        redis_timeout_ms=200,
-    ).start()
+    port, store = nginx_on_own_redis
     requests = [("/v1/orders/5", f"pause-{i}") for i in range(8)]
     requests += [("/v1/search", f"pause-{i}") for i in range(8)]
-    try:
-        wait_applied(rules_server)
-        assert decided_by_redis(port, "pause-t")
-        # When Redis holds every client's commands (CLIENT PAUSE, longer than the
-        # requests take), and requests of both failure modes come at once
-        redis.Redis(port=store.port).client_pause(PAUSE_MS, all=True)
-        paused = all_at_once(port, requests)
-        # Then every one is answered by its route's failure mode, none waits for Redis
-        assert [(a.status, a.headers.get("sluice-degraded")) for a in paused] == [
-            (503, "closed")
-        ] * 8 + [(200, "open")] * 8
-        # and once the pause is over, Redis decides again on the same worker
-        wait_until(
-            lambda: decided_by_redis(port, "pause-t"),
-            timeout=60,
-            every=0.1,
-            why="Redis to decide again after the pause",
-        )
-        # When Redis is killed (the worker's connection breaks)
-        store.kill()
-        killed = all_at_once(port, requests)
-        # Then the same failure modes answer
-        assert [(a.status, a.headers.get("sluice-degraded")) for a in killed] == [
-            (503, "closed")
-        ] * 8 + [(200, "open")] * 8
-        # and a Redis started again on its port decides again (a new connection)
-        store.start()
-        wait_until(
-            lambda: decided_by_redis(port, "pause-t"),
-            timeout=60,
-            every=0.1,
-            why="Redis to decide again after its restart",
-        )
-    finally:
-        process.stop()
-        store.cleanup()
+    wait_applied(rules_server)
+    assert decided_by_redis(port, "pause-t")
+    # When Redis holds every client's commands (CLIENT PAUSE, longer than the
+    # requests take), and requests of both failure modes come at once
+    redis.Redis(port=store.port).client_pause(PAUSE_MS, all=True)
+    paused = all_at_once(port, requests)
+    # Then every one is answered by its route's failure mode, none waits for Redis
+    assert [(a.status, a.headers.get("sluice-degraded")) for a in paused] == [
+        (503, "closed")
+    ] * 8 + [(200, "open")] * 8
+    # and once the pause is over, Redis decides again on the same worker
+    wait_until(
+        lambda: decided_by_redis(port, "pause-t"),
+        timeout=60,
+        every=0.1,
+        why="Redis to decide again after the pause",
+    )
+    # When Redis is killed (the worker's connection breaks)
+    store.kill()
+    killed = all_at_once(port, requests)
+    # Then the same failure modes answer
+    assert [(a.status, a.headers.get("sluice-degraded")) for a in killed] == [
+        (503, "closed")
+    ] * 8 + [(200, "open")] * 8
+    # and a Redis started again on its port decides again (a new connection)
+    store.start()
+    wait_until(
+        lambda: decided_by_redis(port, "pause-t"),
+        timeout=60,
+        every=0.1,
+        why="Redis to decide again after its restart",
+    )
 
 
 def test_nginx_module__reloaded_then_quit_gracefully__new_workers_decide_and_all_end(
