@@ -8,10 +8,14 @@ kill them; the worker's Redis is emptied before each test.
 
 from __future__ import annotations
 
+import itertools
 import json
+import shutil
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,9 +25,10 @@ from sluice import Bundle, Snapshot
 from tests.celery_fixtures import wait_until
 from tests.client.factories import ROUTES, limit, policy, rules, snapshot
 from tests.client.protocol_server import ProtocolServer
+from tests.conformance import corpus
 from tests.gateways import servers
 from tests.gateways.backend import Backend
-from tests.servers import free_port
+from tests.servers import RedisServer, free_port
 
 #: search (fails open) and orders.read (fails closed): 3 per tenant, then one every 10 s.
 RULES = snapshot(
@@ -194,3 +199,110 @@ def stack_of(redis_server, redis_client, backend, tmp_path):
     yield make
     for thing in reversed(started):
         thing.stop()
+
+
+# nginx with Sluice's Lua module (test_nginx_module*.py)
+
+
+@pytest.fixture
+def cache_dir():
+    folder = Path(tempfile.mkdtemp(prefix="sluice-nginx-"))
+    folder.chmod(0o777)  # nginx's workers run as nobody
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.fixture
+def nginx_on_own_redis(backend, tmp_path, cache_dir, rules_server):
+    """nginx with a 200 ms Redis timeout on a Redis of its own, which the test may
+    stop, pause or kill: (nginx's port, the Redis server)."""
+    store = RedisServer().start()
+    port = free_port()
+    process = servers.nginx_module(
+        tmp_path,
+        port=port,
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=store.port,
+        token=rules_server.token,
+        cache=cache_dir,
+        redis_timeout_ms=200,
+    ).start()
+    yield port, store
+    process.stop()
+    store.cleanup()
+
+
+@pytest.fixture
+def start_nginx(redis_server, redis_client, backend, tmp_path, cache_dir):
+    """``start_nginx(control_plane_port, token)``: nginx with the module; stopped after."""
+    started = []
+
+    def start(
+        control_plane: int,
+        token: str = "gw_test_token",
+        name: str = "ngx-a",
+        public_keys: Path | None = None,
+    ):
+        port = free_port()
+        process = servers.nginx_module(
+            tmp_path,
+            port=port,
+            backend=backend.port,
+            control_plane=control_plane,
+            redis=redis_server.port,
+            token=token,
+            gateway_id=name,
+            cache=cache_dir,
+            public_keys=public_keys,
+        )
+        started.append(process.start())
+        return port, process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def rules_server():
+    server = ProtocolServer().start()
+    server.serve(corpus.bundle())
+    yield server
+    server.stop()
+
+
+def port_of(server: ProtocolServer) -> int:
+    return int(server.url.split(":")[2].split("/")[0])
+
+
+def reported(server: ProtocolServer, header: str, value: str) -> bool:
+    return any(r.get(header) == value for r in list(server.requests))
+
+
+def wait_applied(rules_server) -> None:
+    """Until nginx reports, in its polls, that it applied the corpus' rules."""
+    wait_until(
+        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
+        timeout=60,
+        every=0.05,
+        why="the rules to be applied",
+    )
+
+
+_PROBES = itertools.count()
+
+
+def decided_by_redis(port: int, tenant: str) -> bool:
+    """Whether a search through nginx on ``port`` was decided on Redis: a tenant of
+    its own per probe (``tenant`` and a number), since a call that timed out may
+    still run on Redis later (the documented overshoot) and spend a probe tenant's
+    small budget, which a 429 from a spent budget would hide."""
+    answer = call(port, "/v1/search", tenant=f"{tenant}{next(_PROBES)}")
+    return answer.status == 200 and "sluice-degraded" not in answer.headers
+
+
+def all_at_once(port: int, requests: list[tuple[str, str]]) -> list[Answer]:
+    """``(path, tenant)`` requests sent together, each on its own connection."""
+    with ThreadPoolExecutor(len(requests)) as pool:
+        return list(pool.map(lambda r: call(port, r[0], tenant=r[1]), requests))
