@@ -61,9 +61,11 @@ Outcome = models.TextChoices(
 
 
 class LimitKind(models.TextChoices):
-    """What a limit caps: a rate (a token bucket), or requests in flight at once."""
+    """What a limit caps: a rate (a token bucket), requests in any window (a
+    sliding-window counter), or requests in flight at once."""
 
     RATE = "rate", "rate: a token bucket"
+    SLIDING_WINDOW = "sliding_window", "sliding window: at most N in any window"
     CONCURRENT = "concurrent", "concurrent: requests in flight at once"
 
 

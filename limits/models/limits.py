@@ -1,14 +1,19 @@
-"""The limits of a policy: token buckets (with hot-key options) and concurrency caps.
+"""The limits of a policy: token buckets (with hot-key options), sliding windows and
+concurrency caps.
 
-One table for both kinds, as people think of them: a limit of kind ``rate`` is a
+One table for every kind, as people think of them: a limit of kind ``rate`` is a
 token bucket (rate, period, burst, optional cost, and hot-key options: shards
-or leases); a limit of kind ``concurrent`` caps requests in flight at once
+or leases); a limit of kind ``sliding_window`` admits at most ``rate`` in any
+``period`` (the snapshot's ``limit`` and ``window``: the same two numbers a
+publisher sets for a bucket, so forms and the API keep one pair of fields, and
+a bucket turned into a window keeps them), with an optional cost and nothing
+else; a limit of kind ``concurrent`` caps requests in flight at once
 (``max_inflight``, and the ``timeout`` after which a slot a crashed gateway
-never released stops counting). Fields of the other kind stay empty; the
+never released stops counting). Fields of the other kinds stay empty; the
 database checks it.
 """
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import Q
@@ -29,13 +34,29 @@ from .rules import Policy, positive
 
 __all__ = ["Limit"]
 
+#: Why a sliding window refuses a bucket's settings, by field.
+_NOT_FOR_WINDOWS = {
+    "burst": "A sliding window has no burst: it admits at most its rate in any period.",
+    "shards": "Shards are for rate limits (token buckets) only.",
+    "lease": "Leases are for rate limits (token buckets) only.",
+}
+#: The row's field of a snapshot member a kind finds a problem with.
+_FIELD_OF = {
+    ".limit": "rate",
+    ".window": "period",
+    ".shards": "shards",
+    ".lease": "lease",
+}
+
 _RATE = Q(kind=LimitKind.RATE)
+_SLIDING_WINDOW = Q(kind=LimitKind.SLIDING_WINDOW)
 _CONCURRENT = Q(kind=LimitKind.CONCURRENT)
 
 
 class Limit(RuleModel):
-    """A limit of a policy: a token bucket (``rate`` per ``period``, ``burst`` deep)
-    or a cap on requests in flight (``max_inflight``), per ``dimension``."""
+    """A limit of a policy: a token bucket (``rate`` per ``period``, ``burst`` deep),
+    a sliding window (at most ``rate`` in any ``period``) or a cap on requests in
+    flight (``max_inflight``), per ``dimension``."""
 
     #: What a publisher sets on a limit, in the order forms, the API and
     #: :meth:`value_of` list them.
@@ -58,7 +79,7 @@ class Limit(RuleModel):
 
     policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="limits")
     kind = models.CharField(
-        max_length=10, choices=LimitKind.choices, default=LimitKind.RATE
+        max_length=14, choices=LimitKind.choices, default=LimitKind.RATE
     )
     dimension = models.CharField(
         max_length=7, choices=Dimension.choices, default=Dimension.TENANT
@@ -67,7 +88,8 @@ class Limit(RuleModel):
         null=True,
         blank=True,
         validators=[positive],
-        help_text="Requests (tokens) per period.",
+        help_text="Requests (tokens) per period; for a sliding window, the most "
+        "admitted in any period.",
     )
     period = models.PositiveIntegerField(
         choices=Period.choices, default=Period.SECOND, null=True, blank=True
@@ -145,13 +167,20 @@ class Limit(RuleModel):
                     & Q(max_inflight__isnull=True)
                 )
                 | (
+                    _SLIDING_WINDOW
+                    & Q(rate__gte=1, period__isnull=False, burst__isnull=True)
+                    & (Q(cost__isnull=True) | Q(cost__gte=1))
+                    & Q(max_inflight__isnull=True, lease=0, shards=1)
+                )
+                | (
                     _CONCURRENT
                     & Q(max_inflight__gte=1, rate__isnull=True, burst__isnull=True)
                     & Q(period__isnull=True, cost__isnull=True, lease=0, shards=1)
                 ),
                 name="%(app_label)s_%(class)s_numbers_by_kind",
                 violation_error_message="A rate limit needs a rate, a period and a burst of at "
-                "least 1; a concurrent limit needs a max in flight of at least 1 and nothing else.",
+                "least 1; a sliding window needs a rate (its limit) and a period (its window), and no "
+                "burst, shards or lease; a concurrent limit needs a max in flight of at least 1 and nothing else.",
             ),
             models.CheckConstraint(
                 condition=Q(shards__gte=1, lease_ms__gte=1, timeout__gte=1)
@@ -179,8 +208,8 @@ class Limit(RuleModel):
         """``per user: 100 / s, burst 200``: the way people say it."""
         return describe_limit(self.to_value())
 
-    def to_value(self) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
-        """The snapshot's value of this row: a bucket, or a concurrency cap."""
+    def to_value(self) -> sluice_model.RateLimit | sluice_model.ConcurrencyLimit:
+        """The snapshot's value of this row: a bucket, a sliding window, or a concurrency cap."""
         return self.value_of(*(getattr(self, name) for name in self.SETTINGS))
 
     @staticmethod
@@ -199,7 +228,7 @@ class Limit(RuleModel):
         timeout: int,
         public_name: str = "",
         public_description: str = "",
-    ) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
+    ) -> sluice_model.RateLimit | sluice_model.ConcurrencyLimit:
         """The snapshot's value of one limit's columns (:attr:`SETTINGS`, in order):
         compiling reads columns as tuples, 30,000 limits without model instances."""
         if kind == LimitKind.CONCURRENT:
@@ -208,6 +237,18 @@ class Limit(RuleModel):
                 max_inflight=max_inflight,
                 timeout=timeout,
                 shadow=shadow,
+                name=public_name,
+                description=public_description,
+            )
+        if kind == LimitKind.SLIDING_WINDOW:
+            return sluice_model.SlidingWindow(
+                dimension=sluice_model.Dimension(dimension),
+                limit=rate,
+                window=period,
+                cost=cost,
+                shadow=shadow,
+                shards=shards,
+                lease=lease,
                 name=public_name,
                 description=public_description,
             )
@@ -228,6 +269,8 @@ class Limit(RuleModel):
     def clean(self) -> None:
         if self.kind == LimitKind.CONCURRENT:
             self._clean_concurrent()
+        elif self.kind == LimitKind.SLIDING_WINDOW:
+            self._clean_sliding_window()
         else:
             self._clean_rate()
 
@@ -239,6 +282,37 @@ class Limit(RuleModel):
         # A concurrency cap has no bucket: what belongs to buckets is dropped.
         self.rate = self.burst = self.period = self.cost = None
         self.shards, self.lease = 1, 0
+
+    def _clean_sliding_window(self) -> None:
+        missing = {
+            name: "A sliding window needs this."
+            for name in ("rate", "period")
+            if getattr(self, name) is None
+        }
+        if missing:
+            raise ValidationError(missing)
+        # What a sliding window has no use for is refused by name rather than
+        # dropped: a burst or a hot-key option set on one is a misunderstanding.
+        refused = {
+            name: _NOT_FOR_WINDOWS[name]
+            for name, unset in (("burst", None), ("shards", 1), ("lease", 0))
+            if getattr(self, name) not in (unset, None)
+        }
+        if refused:
+            raise ValidationError(refused)
+        self.max_inflight = None
+        self.shards, self.lease = 1, 0
+        self.lease_ms = DEFAULT_LEASE_MS
+        problems = sluice_model.SLIDING_WINDOW.problems(
+            self.to_value(), cost=self.cost or 1
+        )
+        if problems:
+            raise ValidationError(
+                {
+                    _FIELD_OF.get(member, NON_FIELD_ERRORS): message
+                    for member, message in problems
+                }
+            )
 
     def _clean_rate(self) -> None:
         missing = {

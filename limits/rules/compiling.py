@@ -37,8 +37,8 @@ _LIMIT_FIELDS = models.Limit.SETTINGS
 
 def limit_to_snapshot(
     limit: models.Limit,
-) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
-    """A row as the snapshot's value: a bucket, or a concurrency cap (kind "concurrent")."""
+) -> sluice_model.RateLimit | sluice_model.ConcurrencyLimit:
+    """A row as the snapshot's value: a bucket, a sliding window, or a concurrency cap."""
     return limit.to_value()
 
 
@@ -47,15 +47,17 @@ def policy_to_snapshot(
 ) -> sluice_model.Policy:
     """The snapshot form of ``policy``, with ``limits`` or else its saved limits.
 
-    Rate limits go to the policy's ``limits``, concurrent ones to its
-    ``concurrency``, each in row order.
+    Rate limits (buckets and sliding windows) go to the policy's ``limits``,
+    concurrent ones to its ``concurrency``, each in row order.
     """
     rows = policy.limits.all() if limits is None else limits
     values = [limit_to_snapshot(limit) for limit in rows]
     return sluice_model.Policy(
         scope=policy.scope_key,
         route=policy.route_key,
-        limits=tuple(v for v in values if isinstance(v, sluice_model.Limit)),
+        limits=tuple(
+            v for v in values if not isinstance(v, sluice_model.ConcurrencyLimit)
+        ),
         expires_at=policy.expires_at,
         concurrency=tuple(
             v for v in values if isinstance(v, sluice_model.ConcurrencyLimit)
@@ -67,21 +69,7 @@ def limit_rows_from_snapshot(
     row: models.Policy, policy: sluice_model.Policy
 ) -> list[models.Limit]:
     """Unsaved limit rows of ``row`` that compile back to ``policy``'s limits (rollback)."""
-    rows = [
-        models.Limit(
-            policy=row,
-            dimension=lim.dimension.value,
-            rate=lim.rate,
-            period=lim.period,
-            burst=lim.burst,
-            cost=lim.cost,
-            shadow=lim.shadow,
-            shards=lim.shards,
-            lease=lim.lease,
-            lease_ms=lim.lease_ms,
-        )
-        for lim in policy.limits
-    ]
+    rows = [_row_of_rate(row, lim) for lim in policy.limits]
     return rows + [
         models.Limit(
             policy=row,
@@ -93,9 +81,43 @@ def limit_rows_from_snapshot(
             max_inflight=cap.max_inflight,
             timeout=cap.timeout,
             shadow=cap.shadow,
+            public_name=cap.name,
+            public_description=cap.description,
         )
         for cap in policy.concurrency
     ]
+
+
+def _row_of_rate(row: models.Policy, lim: sluice_model.RateLimit) -> models.Limit:
+    """The unsaved row of one rate limit: a window's limit and window are the row's
+    rate and period (``Limit``'s docstring says why)."""
+    if isinstance(lim, sluice_model.SlidingWindow):
+        return models.Limit(
+            policy=row,
+            kind=LimitKind.SLIDING_WINDOW,
+            dimension=lim.dimension.value,
+            rate=lim.limit,
+            period=lim.window,
+            burst=None,
+            cost=lim.cost,
+            shadow=lim.shadow,
+            public_name=lim.name,
+            public_description=lim.description,
+        )
+    return models.Limit(
+        policy=row,
+        dimension=lim.dimension.value,
+        rate=lim.rate,
+        period=lim.period,
+        burst=lim.burst,
+        cost=lim.cost,
+        shadow=lim.shadow,
+        shards=lim.shards,
+        lease=lim.lease,
+        lease_ms=lim.lease_ms,
+        public_name=lim.name,
+        public_description=lim.description,
+    )
 
 
 def route_to_snapshot(route: models.Route) -> sluice_model.Route:
@@ -165,7 +187,7 @@ def rules_compile(*, tenant: models.Tenant | None = None) -> sluice_model.Rules:
 
 def _policies(policies) -> tuple[sluice_model.Policy, ...]:
     """Snapshot policies of the ``policies`` queryset, their limits read in one query."""
-    limits: dict[int, list[sluice_model.Limit]] = defaultdict(list)
+    limits: dict[int, list[sluice_model.RateLimit]] = defaultdict(list)
     caps: dict[int, list[sluice_model.ConcurrencyLimit]] = defaultdict(list)
     rows = models.Limit.objects.filter(policy__in=policies.values("pk"))
     for policy_id, *columns in rows.values_list("policy_id", *_LIMIT_FIELDS):

@@ -91,7 +91,9 @@ def parse_time(text: str) -> datetime:
 
 
 def limit_document(
-    value: sluice_model.Limit | sluice_model.ConcurrencyLimit, *, short: bool = False
+    value: sluice_model.RateLimit | sluice_model.ConcurrencyLimit,
+    *,
+    short: bool = False,
 ) -> Document:
     """A limit as a document; ``short`` leaves out members at their default."""
     if isinstance(value, sluice_model.ConcurrencyLimit):
@@ -102,6 +104,17 @@ def limit_document(
             "shadow": value.shadow,
         }
         defaults = {"timeout": DEFAULT_TIMEOUT, "shadow": False}
+    elif isinstance(value, sluice_model.SlidingWindow):
+        # The snapshot's words: a window holds a limit, it has no rate or burst.
+        doc = {
+            "kind": "sliding_window",
+            "dimension": value.dimension.value,
+            "limit": value.limit,
+            "window": PERIOD_NAMES[value.window],
+            "cost": value.cost,
+            "shadow": value.shadow,
+        }
+        defaults = {"cost": None, "shadow": False}
     else:
         doc = {
             "dimension": value.dimension.value,
@@ -134,9 +147,10 @@ def limit_document(
 
 def limit_value(
     doc: Mapping[str, Any],
-) -> sluice_model.Limit | sluice_model.ConcurrencyLimit:
+) -> sluice_model.RateLimit | sluice_model.ConcurrencyLimit:
     """The snapshot value of a limit document (a concurrency cap when it has
-    ``max_inflight``); KeyError or ValueError for a malformed one."""
+    ``max_inflight``, a sliding window when its kind says so); KeyError or
+    ValueError for a malformed one."""
     dimension = sluice_model.Dimension(doc["dimension"])
     if "max_inflight" in doc:
         return sluice_model.ConcurrencyLimit(
@@ -144,6 +158,19 @@ def limit_value(
             max_inflight=doc["max_inflight"],
             timeout=doc.get("timeout", DEFAULT_TIMEOUT),
             shadow=doc.get("shadow", False),
+            name=doc.get("public_name", ""),
+            description=doc.get("public_description", ""),
+        )
+    if doc.get("kind") == "sliding_window":
+        window = doc["window"]
+        return sluice_model.SlidingWindow(
+            dimension=dimension,
+            limit=doc["limit"],
+            window=_PERIODS[window] if isinstance(window, str) else window,
+            cost=doc.get("cost"),
+            shadow=doc.get("shadow", False),
+            shards=doc.get("shards", 1),
+            lease=doc.get("lease", 0),
             name=doc.get("public_name", ""),
             description=doc.get("public_description", ""),
         )
@@ -189,7 +216,9 @@ def policy_value(doc: Mapping[str, Any]) -> sluice_model.Policy:
     return sluice_model.Policy(
         scope=doc["scope"],
         route=doc["route"],
-        limits=tuple(v for v in values if isinstance(v, sluice_model.Limit)),
+        limits=tuple(
+            v for v in values if not isinstance(v, sluice_model.ConcurrencyLimit)
+        ),
         expires_at=parse_time(expires) if expires else None,
         concurrency=tuple(
             v for v in values if isinstance(v, sluice_model.ConcurrencyLimit)
@@ -268,8 +297,9 @@ def row_document(row: Any, limits: Iterable[models.Limit] | None = None) -> Docu
     return policy_document(value, reason=row.reason)
 
 
-def _rate(rows: Iterable[models.Limit]) -> list[sluice_model.Limit]:
-    return [r.to_value() for r in rows if r.kind == LimitKind.RATE]  # type: ignore[misc]
+def _rate(rows: Iterable[models.Limit]) -> list[sluice_model.RateLimit]:
+    """Buckets and sliding windows: the policy's ``limits``."""
+    return [r.to_value() for r in rows if r.kind != LimitKind.CONCURRENT]  # type: ignore[misc]
 
 
 def _caps(rows: Iterable[models.Limit]) -> list[sluice_model.ConcurrencyLimit]:
