@@ -422,3 +422,50 @@ def test_create__concurrent_limit_without_cap__400_naming_the_row(
     response = api.post("/api/v1/policies", body, format="json")
     assert response.status_code == 400
     assert "limit 2, max_inflight" in str(response.json())
+
+
+def test_create__policy_with_a_sliding_window__201_and_read_back(
+    api, product_user, pro_and_search
+):
+    # Given a product person
+    api.as_user(product_user)
+    window = {
+        "kind": "sliding_window",
+        "dimension": "user",
+        "rate": 100,
+        "period": 60,
+        "cost": 2,
+    }
+    # When they create a policy holding 100 in any minute per user
+    response = api.post(
+        "/api/v1/policies", _policy_body(limits=[window]), format="json"
+    )
+    # Then it is saved as a sliding window, and read back with its kind and words
+    assert response.status_code == 201, response.json()
+    read = api.get(f"/api/v1/policies/{response.json()['id']}").json()
+    (limit,) = read["limits"]
+    assert {name: limit[name] for name in window} == window
+    assert limit["burst"] is None
+    assert limit["description"] == "per user: 100 / min (sliding window), cost 2"
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "message"),
+    [
+        ({"burst": 200}, "burst", "A sliding window has no burst"),
+        ({"shards": 2}, "shards", "Shards are for rate limits"),
+        ({"lease": 10}, "lease", "Leases are for rate limits"),
+        ({"rate": None}, "rate", "A sliding window needs this"),
+    ],
+    ids=["burst", "shards", "lease", "no limit"],
+)
+def test_create__sliding_window_with_a_bucket_setting__400_naming_the_field(
+    api, product_user, pro_and_search, extra, field, message
+):
+    api.as_user(product_user)
+    window = {"kind": "sliding_window", "dimension": "user", "rate": 100, "period": 60}
+    body = _policy_body(limits=[{**window, **extra}])
+    response = api.post("/api/v1/policies", body, format="json")
+    assert response.status_code == 400
+    assert f"limit 1, {field}: {message}" in str(response.json())
+    assert not Policy.objects.filter(tier__slug="pro").exists()
