@@ -292,14 +292,16 @@ class _Reader:
         if "max_inflight" in doc:
             cap = {"timeout": DEFAULT_TIMEOUT, "shadow": False, **doc}
             return self.parsed_as(at, lambda p: parse_concurrency(cap, p))
-        period = doc.get("period")
+        # Files name periods ("minute"); a sliding window's is its ``window``.
+        member = "window" if doc.get("kind") == "sliding_window" else "period"
+        period = doc.get(member)
         if isinstance(period, str):
             if period not in _PERIOD_SECONDS:
                 names = ", ".join(_PERIOD_SECONDS)
-                self.problem((*at, "period"), f"{period!r} is not one of: {names}")
+                self.problem((*at, member), f"{period!r} is not one of: {names}")
                 return None
             period = _PERIOD_SECONDS[period]
-        limit = {"cost": None, "shadow": False, **doc, "period": period}
+        limit = {"cost": None, "shadow": False, **doc, member: period}
         return self.parsed_as(at, lambda p: parse_limit(limit, p))
 
     def located(self, problem: Problem) -> Path:

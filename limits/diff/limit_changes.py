@@ -15,7 +15,10 @@ from sluice.model import (
     ConcurrencyLimit,
     Limit,
     Policy,
+    RateLimit,
+    SlidingWindow,
     describe_limit,
+    kind_of,
     limit_order,
     parse_concurrency,
     parse_limit,
@@ -24,6 +27,7 @@ from sluice.model import (
 __all__ = ["FieldChange", "LimitChange", "cap_changes", "everything", "limit_changes"]
 
 _LIMIT_FIELDS = ("rate", "burst", "cost", "shadow", "shards", "lease", "lease_ms")
+_WINDOW_FIELDS = ("limit", "cost", "shadow")
 _CAP_FIELDS = ("max_inflight", "timeout", "shadow")
 
 
@@ -51,8 +55,8 @@ class LimitChange:
     dimension: str
     period: int | None
     kind: ChangeKind  #: new, removed, or its direction for a client
-    before: Limit | ConcurrencyLimit | None
-    after: Limit | ConcurrencyLimit | None
+    before: RateLimit | ConcurrencyLimit | None
+    after: RateLimit | ConcurrencyLimit | None
     fields: tuple[FieldChange, ...] = ()
 
     @property
@@ -92,7 +96,7 @@ class LimitChange:
 
 
 def limit_changes(
-    was: tuple[Limit, ...], now: tuple[Limit, ...], cost: int
+    was: tuple[RateLimit, ...], now: tuple[RateLimit, ...], cost: int
 ) -> tuple[LimitChange, ...]:
     old = {(lim.dimension, lim.period): lim for lim in was}
     new = {(lim.dimension, lim.period): lim for lim in now}
@@ -105,17 +109,26 @@ def limit_changes(
             kind = ChangeKind.NEW if before is None else ChangeKind.REMOVED
             changes.append(LimitChange(key[0], key[1], kind, before, after))
             continue
-        fields = tuple(
-            FieldChange(f, getattr(before, f), getattr(after, f))
-            for f in _LIMIT_FIELDS
-            if getattr(before, f) != getattr(after, f)
-        )
+        fields = _rate_fields(before, after)
         changes.append(
             LimitChange(
                 key[0], key[1], bucket_kind(before, after, cost), before, after, fields
             )
         )
     return tuple(changes)
+
+
+def _rate_fields(before: RateLimit, after: RateLimit) -> tuple[FieldChange, ...]:
+    """The members that moved; a limit that changed kind says that alone (the two
+    kinds' numbers do not compare, as ``compare_limit`` says too)."""
+    if type(before) is not type(after):
+        return (FieldChange("kind", kind_of(before).name, kind_of(after).name),)
+    names = _WINDOW_FIELDS if isinstance(before, SlidingWindow) else _LIMIT_FIELDS
+    return tuple(
+        FieldChange(f, getattr(before, f), getattr(after, f))
+        for f in names
+        if getattr(before, f) != getattr(after, f)
+    )
 
 
 def cap_changes(
@@ -140,7 +153,7 @@ def cap_changes(
     return tuple(changes)
 
 
-def everything(policy: Policy) -> list[Limit | ConcurrencyLimit]:
+def everything(policy: Policy) -> list[RateLimit | ConcurrencyLimit]:
     caps = sorted(policy.concurrency, key=ConcurrencyLimit.sort_key)
     return [*_sorted(policy.limits), *caps]
 

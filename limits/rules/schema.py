@@ -72,6 +72,14 @@ _LIMIT_COMMON = {
     },
 }
 
+_PERIOD = {"enum": ["second", "minute", "hour", "day"]}
+_COST = {
+    "type": ["integer", "null"],
+    "minimum": 1,
+    "maximum": MAX_INTEGER,
+    "default": None,
+}
+
 RULES_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://sluice.dev/schemas/rules.schema.json",
@@ -189,21 +197,23 @@ RULES_SCHEMA: dict[str, Any] = {
             "type": "object",
             "if": {"required": ["max_inflight"]},
             "then": {"$ref": "#/$defs/concurrent_limit"},
-            "else": {"$ref": "#/$defs/rate_limit"},
+            "else": {
+                "if": {
+                    "required": ["kind"],
+                    "properties": {"kind": {"const": "sliding_window"}},
+                },
+                "then": {"$ref": "#/$defs/sliding_window_limit"},
+                "else": {"$ref": "#/$defs/rate_limit"},
+            },
         },
         "rate_limit": _object(
             ["dimension", "rate", "period", "burst"],
             {
                 **_LIMIT_COMMON,
                 "rate": {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER},
-                "period": {"enum": ["second", "minute", "hour", "day"]},
+                "period": _PERIOD,
                 "burst": {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER},
-                "cost": {
-                    "type": ["integer", "null"],
-                    "minimum": 1,
-                    "maximum": MAX_INTEGER,
-                    "default": None,
-                },
+                "cost": _COST,
                 "shards": {
                     "type": "integer",
                     "minimum": 1,
@@ -224,6 +234,18 @@ RULES_SCHEMA: dict[str, Any] = {
                 },
             },
             description="A token bucket: rate tokens per period, burst deep.",
+        ),
+        "sliding_window_limit": _object(
+            ["kind", "dimension", "limit", "window"],
+            {
+                "kind": {"const": "sliding_window"},
+                **_LIMIT_COMMON,
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER},
+                "window": _PERIOD,
+                "cost": _COST,
+            },
+            description="A sliding-window counter: at most limit in any window "
+            "(no burst, shards or lease).",
         ),
         "concurrent_limit": _object(
             ["dimension", "max_inflight"],

@@ -400,3 +400,76 @@ def test_round_trip__export_edit_diff_apply_into_a_fresh_database__same_bytes_an
         == 0
     )
     assert ChangeRequest.objects.get().state == "published"
+
+
+@pytest.fixture
+def windowed(rules, settings):
+    """The active version holds a pro policy on orders.read of 100 in any minute per user."""
+    from limits.choices import Dimension, LimitKind, ScopeKind
+    from limits.models import Limit, Policy
+    from limits.rules import services
+
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 0
+    policy = Policy(scope=ScopeKind.TIER, tier=rules["pro"], route=rules["orders"])
+    window = Limit(
+        kind=LimitKind.SLIDING_WINDOW,
+        dimension=Dimension.USER,
+        rate=100,
+        period=60,
+        burst=None,
+    )
+    services.policy_save(policy=policy, limits=[window], actor=SYSTEM)
+    return snapshot_publish(actor=SYSTEM, message="windows")
+
+
+WINDOW = "{kind: sliding_window, dimension: user, limit: 100, window: minute}"
+
+
+def test_round_trip__sliding_window__exported_read_by_both_sides_unchanged(windowed):
+    # Given the export of a version with a sliding window
+    text = rules_export()
+    # Then the window is written in the snapshot's words
+    assert WINDOW in text
+    # And the file reads back as the same rules, by the control plane and the client
+    assert rules_file_diff(rules_file_read(text)).equal
+    client_policies = rules_from_yaml(text).policies
+    assert sorted(map(repr, client_policies)) == sorted(
+        map(repr, snapshot_rules(windowed).policies)
+    )
+
+
+def test_apply_publish__sliding_window_raised__stored_and_published(windowed):
+    from limits.models import Limit
+
+    # Given a file that raises the window to 200 in any minute
+    text = rules_export().replace(WINDOW, WINDOW.replace("100", "200"))
+    # When it is applied and published
+    done = rules_file_apply(rules_file_read(text), actor=SYSTEM, publish=True)
+    # Then the row is still a window, of 200, and the version says it was raised
+    assert done.not_published == ""
+    (row,) = Limit.objects.filter(kind="sliding_window")
+    assert (row.rate, row.period, row.burst) == (200, 60, None)
+    assert done.published.version.diff["counts"]["raised"] == 1
+    assert rules_file_diff(rules_file_read(text)).equal
+
+
+@pytest.mark.parametrize(
+    ("member", "said"),
+    [
+        ("burst: 10", "unknown member(s): burst"),
+        ("window: fortnight", "'fortnight' is not one of"),
+    ],
+    ids=["burst", "bad window"],
+)
+def test_read__sliding_window_with_a_bad_member__named_at_its_line(
+    windowed, member, said
+):
+    written = WINDOW.replace("window: minute", member)
+    if not member.startswith("window"):
+        written = WINDOW.replace("}", f", {member}}}")
+    text = rules_export().replace(WINDOW, written)
+    with pytest.raises(RulesFileInvalid) as caught:
+        rules_file_read(text, name="rules.yaml")
+    (problem,) = caught.value.problems
+    assert said in problem.message
+    assert written in text.splitlines()[problem.line - 1]
