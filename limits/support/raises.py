@@ -14,7 +14,7 @@ from limits.changes.services import Proposal, active_base, change_request_open
 from limits.core.audit import Actor
 from limits.models import ChangeOrigin, ChangeRequest, Tenant
 from limits.rules.documents import policy_document
-from sluice.model import Policy, Resolver, scope_key
+from sluice.model import Policy, RateLimit, Resolver, SlidingWindow, scope_key
 
 __all__ = ["RAISE_DAYS", "RAISE_FACTOR", "override_raise"]
 
@@ -62,12 +62,19 @@ def override_raise(
     )
 
 
+def _raised_limit(limit: RateLimit) -> RateLimit:
+    if isinstance(
+        limit, SlidingWindow
+    ):  # a window has no burst: its limit is its depth
+        return replace(limit, limit=limit.limit * RAISE_FACTOR)
+    return replace(
+        limit, rate=limit.rate * RAISE_FACTOR, burst=limit.burst * RAISE_FACTOR
+    )
+
+
 def _raised(policy: Policy, tenant: str, route: str | None, until: datetime) -> Policy:
     """``policy``'s limits raised RAISE_FACTOR times, as the tenant's override."""
-    limits = tuple(
-        replace(limit, rate=limit.rate * RAISE_FACTOR, burst=limit.burst * RAISE_FACTOR)
-        for limit in policy.limits
-    )
+    limits = tuple(_raised_limit(limit) for limit in policy.limits)
     caps = tuple(
         replace(cap, max_inflight=cap.max_inflight * RAISE_FACTOR)
         for cap in policy.concurrency

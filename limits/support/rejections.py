@@ -20,7 +20,14 @@ from django.core.exceptions import ValidationError
 
 from limits.models import DecisionPeak, Snapshot
 from limits.versions.selectors import snapshot_in_force_at, snapshot_rules
-from sluice.model import PERIOD_WORDS, Dimension, Resolution, Resolver, limit_in_words
+from sluice.model import (
+    PERIOD_WORDS,
+    Dimension,
+    Resolution,
+    Resolver,
+    SlidingWindow,
+    limit_in_words,
+)
 from sluice.plans import LimitPlan, compile_policy
 
 __all__ = ["LimitVerdict", "RejectionExplanation", "rejection_explain"]
@@ -101,7 +108,12 @@ def rejection_explain(
     shared = policy.route == "*"
     seconds = _seconds_before(tenant, None if shared else route, at)
     plan = compile_policy(policy, cost=resolution.cost)
-    verdicts = [_verdict(p, seconds, limit) for p in plan.limits if not p.limit.shadow]
+    # A sliding window's "what would have fit" is not a bucket's: not judged here yet.
+    verdicts = [
+        _verdict(p, seconds, limit)
+        for p in plan.limits
+        if not p.limit.shadow and not isinstance(p.limit, SlidingWindow)
+    ]
     if not any(v.rejected for v in verdicts):  # unnamed, or named by another version
         verdicts = [_flag(v) for v in verdicts]
     return RejectionExplanation(

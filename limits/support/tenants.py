@@ -25,6 +25,7 @@ from sluice.model import (
     Policy,
     Resolution,
     Resolver,
+    SlidingWindow,
     geometry,
     limit_in_words,
 )
@@ -158,8 +159,10 @@ def _add_usage(
         )
         for bucket in explained.keys:
             limit = bucket.limit
+            # A sliding window's count is two fields of a hash, not a debt that
+            # peek reads: its usage is not shown yet.
             if (
-                isinstance(limit, ConcurrencyLimit)
+                isinstance(limit, ConcurrencyLimit | SlidingWindow)
                 or limit.dimension != Dimension.TENANT
             ):
                 continue

@@ -221,3 +221,49 @@ def test_override_raise__no_reason__refused_with_the_field(published, rules, sup
             actor=Actor(user=support),
         )
     assert "reason" in caught.value.message_dict
+
+
+def test_override_raise__sliding_window__its_limit_raised_without_a_burst(
+    published, rules, support, publisher, no_notice_period, no_approval_rule
+):
+    # Given initech's free tier holds 5 in any second per tenant
+    Limit.objects.filter(policy__tier=rules["free"]).update(
+        kind="sliding_window", burst=None
+    )
+    snapshot_publish(actor=publisher, message="windows")
+    # When support raises initech on search
+    row = override_raise(
+        tenant=rules["initech"],
+        route="search",
+        reason="launch week",
+        actor=Actor(user=support),
+    )
+    # Then the override proposes a window of twice the limit, still without a burst
+    (edit,) = ChangeRequest.objects.get(pk=row.pk).edits.all()
+    (limit,) = edit.after["limits"]
+    assert (limit["kind"], limit["limit"], limit["window"]) == (
+        "sliding_window",
+        10,
+        "second",
+    )
+    assert "burst" not in limit
+
+
+def test_support_pages__sliding_window__limits_in_words_usage_and_verdicts_left_out(
+    published, rules, publisher, redis_client, no_notice_period, no_approval_rule
+):
+    # Given initech's free tier holds 5 in any second per tenant, and traffic before a 429
+    Limit.objects.filter(policy__tier=rules["free"]).update(
+        kind="sliding_window", burst=None
+    )
+    version = snapshot_publish(actor=publisher, message="windows")
+    at = version.effective_at.replace(second=30) + timedelta(minutes=1)
+    _record("initech", "search", at, {29: 10, 30: 10})
+    # When support reads the tenant's page and explains the rejection
+    shown = tenant_limits(tenant=rules["initech"])
+    why = rejection_explain(tenant="initech", route="search", at=at)
+    # Then the window is said in words; its usage and verdict are not guessed as a bucket's
+    search = next(row for row in shown.routes if row.route == "search")
+    assert search.words == ["5 requests in any second per account"]
+    assert search.usage == []
+    assert why.verdicts == []
