@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sluice.model import Dimension, Policy, geometry
+from sluice.model import SLIDING_WINDOW, Dimension, Policy, SlidingWindow, geometry
 
 __all__ = [
     "Bucket",
@@ -73,10 +73,16 @@ def buckets_of(policy: Policy, *, route_cost: int) -> tuple[Bucket, ...]:
     for limit in policy.limits:
         if limit.shadow:
             continue
-        shape = geometry(limit, cost=limit.cost or route_cost)
-        buckets.append(
-            Bucket(shape.increment, shape.capacity, limit.dimension == Dimension.TENANT)
-        )
+        cost = limit.cost or route_cost
+        if isinstance(limit, SlidingWindow):
+            # Replayed as the simulations run a window: a bucket of limit / window,
+            # limit deep (docs/limit-kinds.md), close to the window's rule.
+            window = SLIDING_WINDOW.shape(limit, cost=cost)
+            increment, capacity = window.cost * window.tick, window.limit * window.tick
+        else:
+            shape = geometry(limit, cost=cost)
+            increment, capacity = shape.increment, shape.capacity
+        buckets.append(Bucket(increment, capacity, limit.dimension == Dimension.TENANT))
     return tuple(buckets)
 
 

@@ -187,3 +187,18 @@ def test_buckets_of__shadow_limits__left_out_and_per_user_marked():
     buckets = buckets_of(policy, route_cost=2)
     assert [b.per_tenant for b in buckets] == [True, False]
     assert buckets[0].increment == 2 * SECOND // 10
+
+
+def test_buckets_of__sliding_window__replayed_as_limit_per_window_limit_deep():
+    from sluice.model import SlidingWindow
+
+    # Given 100 in any minute per tenant, on a route of cost 2
+    window = SlidingWindow(Dimension.TENANT, limit=100, window=60)
+    (only,) = buckets_of(Policy("tier:pro", "search", (window,)), route_cost=2)
+    # Then it is replayed as a bucket refilling 100 a minute and holding 100
+    assert (only.increment, only.capacity) == (2 * 60 * SECOND // 100, 60 * SECOND)
+    assert only.per_tenant
+    # And a busiest minute of 25 requests (two windows' worth: 100) cannot be
+    # rejected, while one of 51 may be
+    assert not could_reject([only], [1, 25, 25, 25])
+    assert could_reject([only], [1, 51, 51, 51])
