@@ -404,6 +404,22 @@ def main() -> None:
         redis_timeout=1.0,
     )
     started: list = []
+
+    def module(gateway_id: str, *, pipelining: bool = True):
+        """nginx with the module on the bench's Redis and rules (``pipelining``:
+        its script calls auto-pipelined, else a pooled connection per call)."""
+        return servers.nginx_module(
+            workdir,
+            port=free_port(),
+            backend=upstream.port,
+            control_plane=control_plane,
+            redis=store.port,
+            token=rules_server.token,
+            gateway_id=gateway_id,
+            poll_interval=5.0,
+            options="" if pipelining else "redis_pipelining = false,",
+        )
+
     try:
         started.append(service.start().wait_version(1))
         upstream = upstream_envoy(workdir).start()
@@ -411,57 +427,17 @@ def main() -> None:
         gateways = {
             "no limit": plain_nginx(workdir, backend=upstream.port, limit=False),
             "limit_req": plain_nginx(workdir, backend=upstream.port, limit=True),
-            "module": servers.nginx_module(
-                workdir,
-                port=free_port(),
-                backend=upstream.port,
-                control_plane=control_plane,
-                redis=store.port,
-                token=rules_server.token,
-                gateway_id="bench-nginx-module",
-                poll_interval=5.0,
-            ),
-            PER_CALL: servers.nginx_module(
-                workdir,
-                port=free_port(),
-                backend=upstream.port,
-                control_plane=control_plane,
-                redis=store.port,
-                token=rules_server.token,
-                gateway_id="bench-nginx-per-call",
-                poll_interval=5.0,
-                options="redis_pipelining = false,",
-            ),
+            "module": module("bench-nginx-module"),
+            PER_CALL: module("bench-nginx-per-call", pipelining=False),
             "forward-auth": servers.nginx(
                 workdir,
                 port=free_port(),
                 backend=upstream.port,
                 http=service.http_port,
             ),
-            ITSELF: answering_itself(
-                servers.nginx_module(
-                    workdir,
-                    port=free_port(),
-                    backend=upstream.port,
-                    control_plane=control_plane,
-                    redis=store.port,
-                    token=rules_server.token,
-                    gateway_id="bench-nginx-itself",
-                    poll_interval=5.0,
-                )
-            ),
+            ITSELF: answering_itself(module("bench-nginx-itself")),
             ITSELF_PER_CALL: answering_itself(
-                servers.nginx_module(
-                    workdir,
-                    port=free_port(),
-                    backend=upstream.port,
-                    control_plane=control_plane,
-                    redis=store.port,
-                    token=rules_server.token,
-                    gateway_id="bench-nginx-itself-per-call",
-                    poll_interval=5.0,
-                    options="redis_pipelining = false,",
-                )
+                module("bench-nginx-itself-per-call", pipelining=False)
             ),
             FLOOR_NAME: evalsha_floor(workdir, store.port, bundle),
         }
