@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from .canonical import canonical_json
 from .errors import SnapshotError
+from .kinds import GCRA, SLIDING_WINDOW
 from .quota import DEFAULT_LEASE_MS, MAX_PUBLIC_DESCRIPTION, MAX_PUBLIC_NAME
 from .routing import HTTP_METHODS, PatternError, RouteTable
 from .rules import (
@@ -58,7 +59,7 @@ _LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
 _PUBLIC = {"name", "description"}
 _LIMIT_OPTIONAL = {"shards", "lease", "lease_ms", *_PUBLIC}
 #: a limit's ``kind`` member: absent means gcra (snapshots before it keep their bytes)
-_KINDS = ("gcra", "sliding_window")
+_KINDS = (GCRA.name, SLIDING_WINDOW.name)
 _SLIDING_KEYS = {"kind", "dimension", "limit", "window", "cost", "shadow"}
 _CONCURRENCY_KEYS = {"dimension", "max_inflight", "timeout", "shadow"}
 
@@ -193,12 +194,12 @@ def parse_policy(data: Any, path: str = "policy") -> Policy:
 def parse_limit(data: Any, path: str = "limit") -> RateLimit:
     """One rate limit of a policy, of the kind its ``kind`` member names (absent:
     ``gcra``, ``Limit.to_json``); SnapshotError names the bad member."""
-    kind = data.get("kind", "gcra") if isinstance(data, dict) else "gcra"
+    kind = data.get("kind", GCRA.name) if isinstance(data, dict) else GCRA.name
     if kind not in _KINDS:
         raise SnapshotError(
             f"{path}.kind", f"{kind!r} is not one of: {', '.join(_KINDS)}"
         )
-    if kind == "sliding_window":
+    if kind == SLIDING_WINDOW.name:
         return parse_sliding_window(data, path)
     obj = _object(data, path, _LIMIT_KEYS, {"kind", *_LIMIT_OPTIONAL})
     period = _period(obj["period"], f"{path}.period")
