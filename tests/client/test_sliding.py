@@ -205,17 +205,18 @@ def test_sliding__on_redis__decides_and_keeps_one_hash(store):
 
 
 def test_sliding__beside_a_bucket__all_or_nothing(store):
-    # Given 3 per minute (sliding) and 100 / s burst 100 per IP, on Redis
+    # Given 3 per minute (sliding) and 100 / h burst 100 per IP, on Redis (a bucket
+    # that refills slowly, so how long the requests take cannot change its count)
     limiter = Limiter(
         store.client,
-        _searches(sliding(most=3), limit("ip", 100, 1, 100)),
+        _searches(sliding(most=3), limit("ip", 100, 3600, 100)),
         timeout=REDIS_TIMEOUT,
     )
     # When 4 requests come at once
     decisions = [limiter.decide(route="search", ip="10.0.0.1") for _ in range(4)]
     # Then the window rejects the 4th, and the bucket was not charged for it
     assert [d.allowed for d in decisions] == [True, True, True, False]
-    bucket = next(s for s in decisions[-1].statuses if s.name == "ip-s")
+    bucket = next(s for s in decisions[-1].statuses if s.name == "ip-h")
     assert bucket.fits
     assert bucket.remaining == 97
 
