@@ -280,13 +280,14 @@ def reported(server: ProtocolServer, header: str, value: str) -> bool:
     return any(r.get(header) == value for r in list(server.requests))
 
 
-def wait_applied(rules_server) -> None:
-    """Until nginx reports, in its polls, that it applied the corpus' rules."""
+def wait_applied(rules_server, version: int = corpus.VERSION) -> None:
+    """Until nginx reports, in its polls, that it applied ``version`` (the corpus'
+    rules by default)."""
     wait_until(
-        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
+        lambda: reported(rules_server, "Sluice-Applied-Version", str(version)),
         timeout=60,
         every=0.05,
-        why="the rules to be applied",
+        why=f"version {version} to be applied",
     )
 
 

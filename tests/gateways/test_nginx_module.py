@@ -26,7 +26,6 @@ from tests.gateways import servers
 from tests.gateways.conftest import (
     call,
     port_of,
-    reported,
     wait_applied,
 )
 from tests.servers import free_port
@@ -110,14 +109,7 @@ def test_make_run_nginx__rendered_for_this_machine__decides(
     )
     process.start()
     try:
-        wait_until(
-            lambda: reported(
-                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
-            ),
-            timeout=60,
-            every=0.05,
-            why="the rules to be applied",
-        )
+        wait_applied(rules_server)
         # When a request comes: Then it is decided with the control plane's rules
         answer = call(port, "/v1/search", tenant="free-a")
         assert answer.status == 200
@@ -151,12 +143,7 @@ def test_nginx_module__scheduled_version__takes_over_at_its_time(
     )
     rules_server.serve(Bundle(active, (scheduled,)))
     port, _ = start_nginx(port_of(rules_server))
-    wait_until(
-        lambda: reported(rules_server, "Sluice-Applied-Version", str(corpus.VERSION)),
-        timeout=60,
-        every=0.05,
-        why="the bundle to be applied",
-    )
+    wait_applied(rules_server)
     # When a tier free tenant searches before and after its time
     before = call(port, "/v1/search", tenant="free-a")
     wait_until(
@@ -185,14 +172,7 @@ def test_nginx_module__github_headers_and_jitter__when_asked(
         options="github_headers = true, retry_jitter = 30,",
     ).start()
     try:
-        wait_until(
-            lambda: reported(
-                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
-            ),
-            timeout=60,
-            every=0.05,
-            why="the rules to be applied",
-        )
+        wait_applied(rules_server)
         # When a tier free tenant searches three times (burst 2, one per 4 h)
         began = time.time()
         answers = [call(port, "/v1/search", tenant="free-b") for _ in range(3)]

@@ -11,14 +11,12 @@ import signal
 import redis
 
 from tests.celery_fixtures import wait_until
-from tests.conformance import corpus
 from tests.gateways import servers
 from tests.gateways.conftest import (
     all_at_once,
     call,
     decided_by_redis,
     port_of,
-    reported,
     wait_applied,
 )
 from tests.servers import RedisServer, free_port
@@ -44,14 +42,7 @@ def test_nginx_module__redis_back__what_the_open_mode_admitted_is_charged(
     ).start()
     revived = None
     try:
-        wait_until(
-            lambda: reported(
-                rules_server, "Sluice-Applied-Version", str(corpus.VERSION)
-            ),
-            timeout=60,
-            every=0.05,
-            why="the rules to be applied",
-        )
+        wait_applied(rules_server)
         # When it admits two searches on its own (3 per hour per tenant), then Redis returns
         assert [call(port, "/v1/search", tenant="owed-t").status for _ in range(2)] == [
             200,

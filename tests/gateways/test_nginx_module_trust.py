@@ -70,12 +70,7 @@ def test_nginx_module__altered_bundle__refused_by_its_hash(start_nginx, rules_se
     )
     rules_server.serve(Bundle(odd))
     port, _ = start_nginx(port_of(rules_server))
-    wait_until(
-        lambda: reported(rules_server, "Sluice-Applied-Version", str(odd.version)),
-        timeout=60,
-        every=0.05,
-        why="the rules to be applied (their hash verified)",
-    )
+    wait_applied(rules_server, odd.version)
     # When the next bundle's content was altered after it was hashed
     altered = Bundle(odd).to_json()
     altered["active"]["version"] = odd.version + 1
@@ -260,11 +255,4 @@ def test_nginx_module__rotation_overlap__old_and_new_keys_both_accepted(
     body = _following()
     rules_server.serve_bytes(body, signature=sign(new_key, body))
     # Then both are applied
-    wait_until(
-        lambda: reported(
-            rules_server, "Sluice-Applied-Version", str(corpus.VERSION + 10)
-        ),
-        timeout=60,
-        every=0.05,
-        why="the bundle signed by the new key to be applied",
-    )
+    wait_applied(rules_server, corpus.VERSION + 10)
