@@ -271,7 +271,7 @@ class Engine:
         Decision made at ``at`` (epoch seconds, store clock); ``rehearsed``: what
         the rehearsal said (:func:`.rehearsal.rehearsed`), kept in the decision."""
         plan = plan or prepared.plan
-        statuses = bucket_statuses(plan, prepared.keys, reply)
+        statuses = bucket_statuses(plan, prepared.keys, reply, now=round(at * _MICROS))
         return self.conclude(
             prepared, plan, statuses, reply[0] == 1, at=at, rehearsed=rehearsed
         )
@@ -351,10 +351,11 @@ def _rehearsal_keys(
 
 
 def bucket_statuses(
-    plan: PolicyPlan, keys: list[str], reply: list[int], step: int = 2
+    plan: PolicyPlan, keys: list[str], reply: list[int], step: int = 2, now: int = 0
 ) -> tuple[LimitStatus, ...]:
     """Statuses of the limits from a reply with ``step`` values per limit (fits, the
-    key's state, ...); each limit's shape reads its state (:class:`.kinds.Shape`)."""
+    key's state, ...); each limit's shape reads its state (:class:`.kinds.Shape`),
+    ``now`` being the decision's store time, µs (a quota resets at a moment)."""
     statuses = []
     for index, limit_plan in enumerate(plan.limits):
         at = step * index + 1
@@ -372,7 +373,7 @@ def bucket_statuses(
                 limit_plan.window,
                 fits,
                 remaining,
-                shape.reset(state) / _MICROS,
+                shape.reset(state, now) / _MICROS,
                 0.0 if fits else shape.wait(state) / _MICROS,
             )
         )

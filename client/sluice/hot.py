@@ -168,7 +168,9 @@ def cached_rejection(
         return None
     statuses = tuple(
         s if reply[2 + 2 * i] >= 0 else s._replace(remaining=-1, reset=0.0)
-        for i, s in enumerate(bucket_statuses(plan, prepared.keys, reply))
+        for i, s in enumerate(
+            bucket_statuses(plan, prepared.keys, reply, now=round(at * 1_000_000))
+        )
     )
     if prepared.slots:
         statuses += _known_slots(prepared, rejections)

@@ -125,22 +125,22 @@ def owner_tag(tenant: str | None, ip: str | None, counts_tenant: bool) -> str:
 
 
 def key_template(
-    route: str, dimension: Dimension, period: int, kind: str = "gcra"
+    route: str, dimension: Dimension, period: int | str, kind: str = "gcra"
 ) -> str:
     """Return the ``%``-template of a bucket key; fill it with ``(owner, value)``.
 
     A limit of another kind than ``gcra`` ends with ``:<kind>`` (a sliding window's
     key is a hash, a GCRA bucket's a string): two kinds over the same period
-    never share a key, and GCRA keys keep their names.
+    never share a key, and GCRA keys keep their names. ``period`` is seconds, or a
+    calendar quota's period (``day``, ``month``, ``month-billing``) written as is.
 
     Templates are built once per policy when a snapshot is loaded, so a request
     only pays for one string formatting per limit.
     """
     route_part = route.replace("%", "%%")
     suffix = "" if kind == "gcra" else f":{kind}"
-    return (
-        f"{KEY_PREFIX}:{{%s}}:route:{route_part}:{dimension.value}:%s:{period}s{suffix}"
-    )
+    period_part = f"{period}s" if isinstance(period, int) else period
+    return f"{KEY_PREFIX}:{{%s}}:route:{route_part}:{dimension.value}:%s:{period_part}{suffix}"
 
 
 def inflight_template(route: str, dimension: Dimension) -> str:

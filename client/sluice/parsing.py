@@ -11,13 +11,21 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from .calendar import DEFAULT_ZONE, Calendar, parse_zone_rule
 from .canonical import canonical_json
 from .errors import SnapshotError
-from .kinds import GCRA, SLIDING_WINDOW
-from .quota import DEFAULT_LEASE_MS, MAX_PUBLIC_DESCRIPTION, MAX_PUBLIC_NAME
+from .kinds import CALENDAR_QUOTA, GCRA, SLIDING_WINDOW
+from .quota import (
+    DEFAULT_LEASE_MS,
+    MAX_PUBLIC_DESCRIPTION,
+    MAX_PUBLIC_NAME,
+    QUOTA_CYCLES,
+    QUOTA_PERIODS,
+)
 from .routing import HTTP_METHODS, PatternError, RouteTable
 from .rules import (
     PERIODS,
+    CalendarQuota,
     ConcurrencyLimit,
     Dimension,
     FailureMode,
@@ -32,6 +40,7 @@ from .rules import (
 from .validation import validate_rules
 
 __all__ = [
+    "parse_calendar_quota",
     "parse_concurrency",
     "parse_limit",
     "parse_policy",
@@ -51,7 +60,7 @@ _SNAPSHOT_KEYS = {
     "hash",
 }
 _RULES_KEYS = {"tiers", "tenants", "routes", "policies"}
-_RULES_OPTIONAL = {"documentation"}
+_RULES_OPTIONAL = {"documentation", "calendars", "zones"}
 _ROUTE_KEYS = {"methods", "path", "cost", "failure_mode"}
 _POLICY_KEYS = {"scope", "route", "expires_at", "limits"}
 _POLICY_OPTIONAL = {"concurrency"}
@@ -59,8 +68,10 @@ _LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
 _PUBLIC = {"name", "description"}
 _LIMIT_OPTIONAL = {"shards", "lease", "lease_ms", *_PUBLIC}
 #: a limit's ``kind`` member: absent means gcra (snapshots before it keep their bytes)
-_KINDS = (GCRA.name, SLIDING_WINDOW.name)
+_KINDS = (GCRA.name, SLIDING_WINDOW.name, CALENDAR_QUOTA.name)
 _SLIDING_KEYS = {"kind", "dimension", "limit", "window", "cost", "shadow"}
+_QUOTA_KEYS = {"kind", "dimension", "limit", "per", "cost", "shadow"}
+_CALENDAR_KEYS = {"zone", "billing_day"}
 _CONCURRENCY_KEYS = {"dimension", "max_inflight", "timeout", "shadow"}
 
 _E = TypeVar("_E", FailureMode, Dimension, ScopeKind)
@@ -130,6 +141,8 @@ def parse_rules(data: Any, path: str = "rules", *, validate: bool = True) -> Rul
         routes=routes,
         policies=policies,
         documentation=documentation,
+        calendars=_calendars(obj.get("calendars", {}), f"{path}.calendars"),
+        zones=_zones(obj.get("zones", {}), f"{path}.zones"),
     )
     problems = validate_rules(rules) if validate else []
     if problems:
@@ -144,6 +157,36 @@ def _tenants(data: dict[str, Any], path: str) -> dict[str, str]:
         if not isinstance(tier, str) or not tier:
             _string(tier, f"{path}.tenants.{slug}")
     return dict(data)
+
+
+def _calendars(data: Any, path: str) -> dict[str, Calendar]:
+    """Tenant -> calendar (the tenants and zones they name: ``validate_rules``)."""
+    calendars = {}
+    for slug, value in _mapping(data, path).items():
+        at = f"{path}.{slug}"
+        obj = _object(value, at, set(), _CALENDAR_KEYS)
+        billing_day = _integer(
+            obj.get("billing_day", 1), f"{at}.billing_day", minimum=1
+        )
+        if billing_day > 31:
+            raise SnapshotError(f"{at}.billing_day", "must be at most 31")
+        zone = _string(obj.get("zone", DEFAULT_ZONE), f"{at}.zone")
+        calendars[slug] = Calendar(zone, billing_day)
+    return calendars
+
+
+def _zones(data: Any, path: str) -> dict[str, str]:
+    """IANA zone name -> POSIX TZ rule, each rule checked to be one."""
+    zones = {}
+    for name, rule in _mapping(data, path).items():
+        zones[name] = _string(rule, f"{path}.{name}")
+        try:
+            parse_zone_rule(rule)
+        except ValueError as exc:
+            raise SnapshotError(
+                f"{path}.{name}", f"not a POSIX TZ rule: {exc}"
+            ) from None
+    return zones
 
 
 def parse_route(slug: str, data: Any, path: str = "route") -> Route:
@@ -201,6 +244,8 @@ def parse_limit(data: Any, path: str = "limit") -> RateLimit:
         )
     if kind == SLIDING_WINDOW.name:
         return parse_sliding_window(data, path)
+    if kind == CALENDAR_QUOTA.name:
+        return parse_calendar_quota(data, path)
     obj = _object(data, path, _LIMIT_KEYS, {"kind", *_LIMIT_OPTIONAL})
     period = _period(obj["period"], f"{path}.period")
     cost = obj["cost"]
@@ -236,6 +281,31 @@ def parse_sliding_window(data: Any, path: str = "limit") -> SlidingWindow:
         lease_ms=_integer(
             obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
         ),
+        **_public(obj, path),
+    )
+
+
+def parse_calendar_quota(data: Any, path: str = "limit") -> CalendarQuota:
+    """One calendar quota (``CalendarQuota.to_json``); SnapshotError names the bad member."""
+    obj = _object(data, path, _QUOTA_KEYS, {"cycle", *_PUBLIC})
+    cost = obj["cost"]
+    per = _string(obj["per"], f"{path}.per")
+    if per not in QUOTA_PERIODS:
+        raise SnapshotError(
+            f"{path}.per", f"{per!r} is not one of: {', '.join(QUOTA_PERIODS)}"
+        )
+    cycle = _string(obj.get("cycle", "calendar"), f"{path}.cycle")
+    if cycle not in QUOTA_CYCLES:
+        raise SnapshotError(
+            f"{path}.cycle", f"{cycle!r} is not one of: {', '.join(QUOTA_CYCLES)}"
+        )
+    return CalendarQuota(
+        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
+        limit=_integer(obj["limit"], f"{path}.limit", minimum=1),
+        per=per,
+        cycle=cycle,
+        cost=None if cost is None else _integer(cost, f"{path}.cost", minimum=1),
+        shadow=_boolean(obj["shadow"], f"{path}.shadow"),
         **_public(obj, path),
     )
 

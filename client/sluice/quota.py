@@ -1,5 +1,5 @@
 """The limits a policy holds: token buckets (with their hot-key options), sliding
-windows and concurrency caps.
+windows, calendar quotas and concurrency caps.
 
 Part of snapshot format v1 (:mod:`.snapshot` re-exports everything here). The
 hot-key options and concurrency caps were added to the format as *optional*
@@ -24,6 +24,9 @@ __all__ = [
     "MAX_TIMEOUT",
     "PERIODS",
     "PERIOD_WORDS",
+    "QUOTA_CYCLES",
+    "QUOTA_PERIODS",
+    "CalendarQuota",
     "ConcurrencyLimit",
     "Dimension",
     "Limit",
@@ -162,8 +165,81 @@ class SlidingWindow:
         return (self.dimension, self.window, self.limit, self.cost or 0, self.shadow)
 
 
+#: A calendar quota's periods, and the seconds of one, nominally (for comparing
+#: limits: a month is 1/12 of the Gregorian year; the boundaries are the calendar's)
+QUOTA_PERIODS: Mapping[str, int] = {"day": 86_400, "month": 2_629_746}
+#: Where a quota's months start: the 1st, or the tenant's billing day
+QUOTA_CYCLES = ("calendar", "billing")
+
+
+@dataclass(frozen=True, slots=True)
+class CalendarQuota:
+    """At most ``limit`` requests' worth per calendar ``per`` (day or month), per key
+    (kind ``calendar_quota``), reset at local midnight in the tenant's time zone;
+    a ``billing`` cycle runs monthly from the tenant's billing day
+    (:mod:`.calendar`, ``Rules.calendars``). Redis server time decides.
+
+    No hot-key options: ``shards`` and ``lease`` read as unset, so that code
+    asking any rate limit for them needs no case for quotas.
+    """
+
+    dimension: Dimension  #: what the quota counts per
+    limit: int  #: requests' worth admitted per period
+    per: str  #: "day" or "month" (QUOTA_PERIODS)
+    cycle: str = "calendar"  #: "calendar" or "billing" (per month only)
+    cost: int | None = None  #: requests' worth per request; None means the route's cost
+    shadow: bool = False  #: evaluated and reported, never rejects
+    name: str = ""  #: public name (:func:`public_name`); empty: derived
+    description: str = ""  #: public description; empty: derived
+
+    @property
+    def period(self) -> str:
+        """The key's period part: ``day``, ``month`` or ``month-billing``."""
+        return self.per if self.cycle == "calendar" else f"{self.per}-{self.cycle}"
+
+    @property
+    def shards(self) -> int:
+        return 1
+
+    @property
+    def lease(self) -> int:
+        return 0
+
+    @property
+    def lease_ms(self) -> int:
+        return DEFAULT_LEASE_MS
+
+    @property
+    def hot(self) -> bool:
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "kind": "calendar_quota",
+            "dimension": self.dimension.value,
+            "limit": self.limit,
+            "per": self.per,
+            "cost": self.cost,
+            "shadow": self.shadow,
+        }
+        if self.cycle != "calendar":  # the default is left out of canonical JSON
+            data["cycle"] = self.cycle
+        _public_members(self, data)
+        return data
+
+    def sort_key(self) -> tuple[str, int, str, int, int, bool]:
+        return (
+            self.dimension,
+            QUOTA_PERIODS.get(self.per, 0),
+            self.cycle,
+            self.limit,
+            self.cost or 0,
+            self.shadow,
+        )
+
+
 #: A limit on the rate of requests, of any kind (what ``Policy.limits`` holds).
-RateLimit = Limit | SlidingWindow
+RateLimit = Limit | SlidingWindow | CalendarQuota
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +299,11 @@ def describe_limit(limit: RateLimit | ConcurrencyLimit) -> str:
         text = f"{subject}: at most {limit.max_inflight:,} in flight"
         text += f" (released after {limit.timeout:,} s at most)"
         return text + (" (shadow)" if limit.shadow else "")
+    if isinstance(limit, CalendarQuota):
+        text = f"{subject}: {limit.limit:,} / {limit.per} ({_quota_words(limit)})"
+        if limit.cost is not None:
+            text += f", cost {limit.cost}"
+        return text + (" (shadow)" if limit.shadow else "")
     if isinstance(limit, SlidingWindow):
         text = f"{subject}: {limit.limit:,} / {PERIODS[limit.window]} (sliding window)"
         if limit.cost is not None:
@@ -254,6 +335,12 @@ _SUBJECT_WORDS: Mapping[Dimension, str] = {
 }
 
 
+def _quota_words(limit: CalendarQuota) -> str:
+    """``daily quota``, ``monthly quota`` or ``monthly quota (billing cycle)``."""
+    words = "daily quota" if limit.per == "day" else "monthly quota"
+    return words + (" (billing cycle)" if limit.cycle == "billing" else "")
+
+
 def _requests(count: int) -> str:
     return f"{count:,} request" + ("" if count == 1 else "s")
 
@@ -267,7 +354,12 @@ def limit_in_words(limit: RateLimit | ConcurrencyLimit) -> str:
     subject = _SUBJECT_WORDS[limit.dimension]
     if isinstance(limit, ConcurrencyLimit):
         return f"at most {_requests(limit.max_inflight)} in flight {subject}"
-    if isinstance(limit, SlidingWindow):  # no burst: any window holds at most the limit
+    if isinstance(limit, CalendarQuota):
+        period = "billing month" if limit.cycle == "billing" else limit.per
+        text = f"{_requests(limit.limit)} per {period} {subject}"
+    elif isinstance(
+        limit, SlidingWindow
+    ):  # no burst: any window holds at most the limit
         text = f"{_requests(limit.limit)} in any {PERIOD_WORDS[limit.window]} {subject}"
     else:
         text = f"{_requests(limit.rate)} per {PERIOD_WORDS[limit.period]} {subject}"

@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from .calendar import Calendar
 from .canonical import canonical_json
 from .kinds import limit_order
 from .quota import (
     PERIODS,
+    CalendarQuota,
     ConcurrencyLimit,
     Dimension,
     Limit,
@@ -31,6 +33,8 @@ __all__ = [
     "ALL_ROUTES",
     "DEFAULT_SCOPE",
     "PERIODS",
+    "Calendar",
+    "CalendarQuota",
     "ConcurrencyLimit",
     "Dimension",
     "FailureMode",
@@ -177,6 +181,12 @@ class Rules:
     #: where customers read about the limits (docs or changelog URL), linked from
     #: every 429; empty: no link. Written only when set (older bytes unchanged).
     documentation: str = ""
+    #: tenant slug -> its time zone and billing day (calendar quotas); a tenant
+    #: without one: UTC, billing day 1. Written only when set (older bytes unchanged).
+    calendars: Mapping[str, Calendar] = field(default_factory=dict)
+    #: IANA zone name -> its POSIX TZ rule, for every zone ``calendars`` names
+    #: (``UTC`` needs none): every gateway computes the same boundaries
+    zones: Mapping[str, str] = field(default_factory=dict)
     #: canonical bytes, computed once (a rule set is immutable; 6 MB with 100k tenants)
     _canonical: bytes | None = field(
         default=None, init=False, repr=False, compare=False
@@ -192,7 +202,21 @@ class Rules:
         }
         if self.documentation:
             data["documentation"] = self.documentation
+        if self.calendars:
+            data["calendars"] = {
+                slug: calendar.to_json() for slug, calendar in self.calendars.items()
+            }
+        if self.zones:
+            data["zones"] = dict(self.zones)
         return data
+
+    def calendar(self, tenant: str | None) -> Calendar:
+        """The calendar of ``tenant`` (UTC, billing day 1 when it has none)."""
+        return (
+            self.calendars.get(tenant, _DEFAULT_CALENDAR)
+            if tenant
+            else _DEFAULT_CALENDAR
+        )
 
     def canonical_bytes(self) -> bytes:
         """``canonical_json(self.to_json())``, serialized on the first call only."""
@@ -203,6 +227,9 @@ class Rules:
     def digest(self) -> str:
         """SHA-256 of the canonical rules: equal for equal rules, whatever their version."""
         return hashlib.sha256(self.canonical_bytes()).hexdigest()
+
+
+_DEFAULT_CALENDAR = Calendar()
 
 
 def whole_seconds(moment: datetime) -> datetime:

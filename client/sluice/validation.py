@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .calendar import DEFAULT_ZONE
 from .kinds import GCRA, kind_of
 from .quota import MAX_TIMEOUT
 from .routing import PatternError, RouteTable
@@ -52,6 +53,7 @@ def validate_rules(rules: Rules) -> list[Problem]:
         if tier not in rules.tiers
     ]
     problems += _route_problems(rules)
+    problems += _calendar_problems(rules)
     max_cost = max((route.cost for route in rules.routes.values()), default=1)
     for policy in rules.policies:
         problems += _policy_problems(rules, policy, max_cost)
@@ -89,6 +91,26 @@ def validate_rules(rules: Rules) -> list[Problem]:
 
 def _is_link(text: str) -> bool:
     return text.startswith(("https://", "http://")) and len(text) <= MAX_DOCUMENTATION
+
+
+def _calendar_problems(rules: Rules) -> list[Problem]:
+    """Calendars of known tenants, in zones whose rule the snapshot carries."""
+    problems = []
+    for slug, calendar in rules.calendars.items():
+        if slug not in rules.tenants:
+            problems.append(
+                Problem("calendar", slug, "tenant", f"unknown tenant {slug!r}")
+            )
+        if calendar.zone != DEFAULT_ZONE and calendar.zone not in rules.zones:
+            problems.append(
+                Problem(
+                    "calendar",
+                    slug,
+                    "zone",
+                    f"zone {calendar.zone!r} has no rule in the snapshot's zones",
+                )
+            )
+    return problems
 
 
 def _route_problems(rules: Rules) -> list[Problem]:
@@ -136,7 +158,7 @@ def policy_problems(policy: Policy, *, route_cost: int) -> list[Problem]:
                 "needs at least one limit that is not shadow, or requests would be unlimited",
             )
         )
-    seen: set[tuple[str, int]] = set()
+    seen: set[tuple[str, int | str]] = set()
     for index, limit in enumerate(policy.limits):
         problems += [
             Problem("policy", ref, f"limits[{index}]{field}", message)

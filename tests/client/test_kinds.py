@@ -22,6 +22,7 @@ from sluice import (
     validate_rules,
 )
 from sluice.kinds import (
+    CALENDAR_QUOTA,
     GCRA,
     SLIDING_WINDOW,
     Advertised,
@@ -84,7 +85,7 @@ class Gap:
     def wait(self, state: int) -> int:
         return state
 
-    def reset(self, state: int) -> int:
+    def reset(self, state: int, now: int) -> int:
         return state
 
 
@@ -189,7 +190,7 @@ def test_kinds__registering_a_second_kind_for_a_type__refused(spacing):
 
     with pytest.raises(ValueError, match="clashes"):
         register(Again())
-    assert registered() == (GCRA, SLIDING_WINDOW, spacing)
+    assert registered() == (GCRA, SLIDING_WINDOW, CALENDAR_QUOTA, spacing)
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,11 @@ from typing import Any
 
 from .base import Advertised, Direction, LimitKind, Shape
 from .gcra import GCRA
+from .quota import CALENDAR_QUOTA
 from .sliding import SLIDING_WINDOW
 
 __all__ = [
+    "CALENDAR_QUOTA",
     "GCRA",
     "SLIDING_WINDOW",
     "Advertised",
@@ -70,3 +72,4 @@ def limit_order(limit: Any) -> tuple[str, Any]:
 
 register(GCRA)
 register(SLIDING_WINDOW)
+register(CALENDAR_QUOTA)

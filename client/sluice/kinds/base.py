@@ -57,8 +57,9 @@ class Shape(Protocol):
         """µs until a request fits a key in ``state`` (0 when it fits now)."""
         ...
 
-    def reset(self, state: int) -> int:
-        """µs until a key in ``state`` is back to its full allowance."""
+    def reset(self, state: int, now: int) -> int:
+        """µs until a key in ``state`` is back to its full allowance; ``now`` is the
+        reply's Redis time, µs (a calendar quota resets at its period's end)."""
         ...
 
 

@@ -52,7 +52,7 @@ class Geometry:
         wait = debt + self.increment - self.capacity
         return wait if wait > 0 else 0
 
-    def reset(self, debt: int) -> int:
+    def reset(self, debt: int, now: int = 0) -> int:
         """µs until the bucket is full: its debt."""
         return debt
 

@@ -66,7 +66,7 @@ class Sliding:
         wait = state - (self.limit - self.cost) * self.tick
         return wait if wait > 0 else 0
 
-    def reset(self, state: int) -> int:
+    def reset(self, state: int, now: int = 0) -> int:
         """µs until the count has drained, at the nominal rate."""
         return state
 

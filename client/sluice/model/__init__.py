@@ -14,6 +14,14 @@ which stay importable as they are; this module gathers them in one place.
 
 from __future__ import annotations
 
+from sluice.calendar import (
+    Calendar,
+    ZoneRule,
+    local_to_utc,
+    parse_zone_rule,
+    period_bounds,
+    utc_offset,
+)
 from sluice.canonical import canonical_json
 from sluice.errors import (
     EnforcementError,
@@ -37,12 +45,18 @@ from sluice.kinds.gcra import (
     admits,
     geometry,
 )
+from sluice.kinds.quota import (
+    CALENDAR_QUOTA,
+    CalendarQuotaKind,
+    Quota,
+)
 from sluice.kinds.sliding import (
     SLIDING_WINDOW,
     Sliding,
     SlidingKind,
 )
 from sluice.parsing import (
+    parse_calendar_quota,
     parse_concurrency,
     parse_limit,
     parse_policy,
@@ -61,6 +75,9 @@ from sluice.quota import (
     MAX_TIMEOUT,
     PERIOD_WORDS,
     PERIODS,
+    QUOTA_CYCLES,
+    QUOTA_PERIODS,
+    CalendarQuota,
     ConcurrencyLimit,
     Dimension,
     Limit,
@@ -110,6 +127,7 @@ from sluice.validation import (
 
 __all__ = [
     "ALL_ROUTES",
+    "CALENDAR_QUOTA",
     "DEFAULT_LEASE_MS",
     "DEFAULT_SCOPE",
     "DEFAULT_TIMEOUT",
@@ -123,8 +141,13 @@ __all__ = [
     "MAX_TIMEOUT",
     "PERIODS",
     "PERIOD_WORDS",
+    "QUOTA_CYCLES",
+    "QUOTA_PERIODS",
     "SLIDING_WINDOW",
     "Advertised",
+    "Calendar",
+    "CalendarQuota",
+    "CalendarQuotaKind",
     "Candidate",
     "ConcurrencyLimit",
     "Dimension",
@@ -139,6 +162,7 @@ __all__ = [
     "PatternError",
     "Policy",
     "Problem",
+    "Quota",
     "RateLimit",
     "Resolution",
     "Resolver",
@@ -152,6 +176,7 @@ __all__ = [
     "SlidingWindow",
     "Snapshot",
     "SnapshotError",
+    "ZoneRule",
     "admits",
     "canonical_json",
     "describe_limit",
@@ -161,6 +186,8 @@ __all__ = [
     "kind_of",
     "limit_in_words",
     "limit_order",
+    "local_to_utc",
+    "parse_calendar_quota",
     "parse_concurrency",
     "parse_limit",
     "parse_path_pattern",
@@ -169,6 +196,8 @@ __all__ = [
     "parse_rules",
     "parse_sliding_window",
     "parse_snapshot_fields",
+    "parse_zone_rule",
+    "period_bounds",
     "policy_problems",
     "policy_ref",
     "public_description",
@@ -178,6 +207,7 @@ __all__ = [
     "resolve",
     "scope_key",
     "unregister",
+    "utc_offset",
     "validate_rules",
     "whole_seconds",
 ]

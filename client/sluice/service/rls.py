@@ -50,7 +50,7 @@ from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.message import DecodeError
 
 from sluice.decision import Decision, LimitStatus, Outcome
-from sluice.quota import ConcurrencyLimit, Dimension, SlidingWindow
+from sluice.quota import CalendarQuota, ConcurrencyLimit, Dimension, SlidingWindow
 from sluice.rules import Route
 
 from .accesslog import MARKER
@@ -259,7 +259,10 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[m
             return _Response.DescriptorStatus(
                 code=code, limit_remaining=status.remaining
             )
-        if isinstance(limit, SlidingWindow):
+        if isinstance(limit, CalendarQuota):  # its calendar unit, not the nearest
+            per_unit = limit.limit
+            unit = _Unit.DAY if limit.per == "day" else _Unit.MONTH
+        elif isinstance(limit, SlidingWindow):
             per_unit, unit = closest_unit(limit.limit, limit.window)
         else:
             per_unit, unit = closest_unit(limit.rate, limit.period)
