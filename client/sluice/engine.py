@@ -10,11 +10,13 @@ script arguments, so a request pays for look-ups and string formatting only.
 from __future__ import annotations
 
 import random
+import time
 from typing import NamedTuple
 
+from .calendar import UTC_RULE, Calendar
 from .decision import Decision, LimitStatus, Outcome
 from .keys import owner_tag, subject_value
-from .plans import LimitPlan, PolicyPlan, SlotPlan, compile_policy
+from .plans import LimitPlan, PolicyPlan, SlotPlan, calendared, compile_policy
 from .rehearsal import Rehearsal, RehearsalPlan, Rehearsed, rehearsal_plan
 from .resolver import Resolver
 from .rules import FailureMode, Policy
@@ -78,7 +80,7 @@ class Engine:
         self.version = snapshot.version
         self.resolver = resolver or Resolver(snapshot.rules)
         self.unmatched = unmatched  #: failure mode of requests that match no route
-        self._plans: dict[tuple[int, int, int], PolicyPlan] = {}
+        self._plans: dict[tuple[int, int, int, Calendar | None], PolicyPlan] = {}
         self._cache: dict[tuple[str | None, str | None], _Entry] = {}
         #: (method, path) -> the slug of its route, None for no route
         self._routes: dict[tuple[str | None, str], str | None] = {}
@@ -91,14 +93,38 @@ class Engine:
         )
         self._rehearsals: dict[tuple[int, int], RehearsalPlan | None] = {}
 
-    def plan(self, policy: Policy, cost: int, share: int = 1) -> PolicyPlan:
-        """Return the compiled ``policy`` for ``cost`` (cached for the snapshot's life)."""
-        cache_key = (id(policy), cost, share)
+    def plan(
+        self,
+        policy: Policy,
+        cost: int,
+        share: int = 1,
+        *,
+        calendar: Calendar | None = None,
+        now: float | None = None,
+    ) -> PolicyPlan:
+        """Return the compiled ``policy`` for ``cost`` (cached for the snapshot's life,
+        or, when it holds calendar quotas, per ``calendar`` until the period it was
+        compiled in ends; ``now``: epoch seconds, the caller's clock)."""
+        # the calendar matters to policies with quotas only: one plan for the others
+        calendar = (calendar or Calendar()) if calendared(policy) else None
+        cache_key = (id(policy), cost, share, calendar)
         plan = self._plans.get(cache_key)
-        if plan is None:
+        if now is None:
+            now = time.time()
+        if plan is None or plan.valid_until <= now:
+            zone_rule = UTC_RULE
+            if calendar is not None:
+                zone_rule = self.snapshot.rules.zones.get(calendar.zone, UTC_RULE)
             plan = self._plans[cache_key] = compile_policy(
-                policy, cost=cost, share=share
+                policy,
+                cost=cost,
+                share=share,
+                calendar=calendar,
+                zone_rule=zone_rule,
+                now=now,
             )
+            # resolutions and prepared requests hold plans: forget them at its end
+            self._valid_until = min(self._valid_until, plan.valid_until)
         return plan
 
     def prepare(
@@ -156,8 +182,8 @@ class Engine:
         if cost is None or cost == route_cost:
             cost = route_cost
         else:
-            plan = self.plan(plan.policy, cost)
-            rehearsal = self._rehearsal_of(plan, scheduled, cost)
+            plan = self.plan(plan.policy, cost, calendar=plan.calendar, now=now)
+            rehearsal = self._rehearsal_of(plan, scheduled, cost, tenant, now)
         owner = owner_tag(tenant, ip, plan.counts_tenant)
         keys = [
             p.template % (owner, subject_value(p.dimension, tenant, user, api_key, ip))
@@ -193,12 +219,19 @@ class Engine:
         return slug
 
     def _rehearsal_of(
-        self, plan: PolicyPlan, scheduled: Policy | None, cost: int
+        self,
+        plan: PolicyPlan,
+        scheduled: Policy | None,
+        cost: int,
+        tenant: str | None,
+        now: float,
     ) -> RehearsalPlan | None:
         """The rehearsal of ``scheduled`` at ``cost`` beside ``plan`` (cached per pair)."""
         if scheduled is None or self.rehearsed is None:
             return None
-        other = self.rehearsed.plan(scheduled, cost)
+        calendar = self.rehearsed.snapshot.rules.calendar(tenant)
+        other = self.rehearsed.plan(scheduled, cost, calendar=calendar, now=now)
+        self._valid_until = min(self._valid_until, other.valid_until)
         pair = (id(plan), id(other))  # both plans live as long as the engines
         if pair not in self._rehearsals:
             self._rehearsals[pair] = rehearsal_plan(
@@ -218,14 +251,17 @@ class Engine:
         if entry is None:
             resolution = self.resolver.resolve(tenant=tenant, route=route, now=now)
             found = resolution.route
-            plan = self.plan(resolution.policy, resolution.cost)
+            calendar = self.snapshot.rules.calendar(tenant)
+            plan = self.plan(
+                resolution.policy, resolution.cost, calendar=calendar, now=now
+            )
             scheduled, rehearsal = None, None
             if self.rehearsed is not None:  # at its own route cost, which may differ
                 later = self.rehearsed.resolver.resolve(
                     tenant=tenant, route=route, now=now
                 )
                 scheduled = later.policy
-                rehearsal = self._rehearsal_of(plan, scheduled, later.cost)
+                rehearsal = self._rehearsal_of(plan, scheduled, later.cost, tenant, now)
             entry = (
                 plan,
                 found.slug if found else None,
@@ -242,10 +278,14 @@ class Engine:
         return entry
 
     def _expire(self, now: float) -> None:
-        """Forget resolutions and prepared requests: an override expired (or none was
-        looked at yet)."""
+        """Forget resolutions and prepared requests: an override expired, or a quota's
+        period ended (or none was looked at yet)."""
         self._cache.clear()
         self._prepared.clear()
+        self._rehearsals.clear()
+        stale = [key for key, plan in self._plans.items() if plan.valid_until <= now]
+        for key in stale:
+            del self._plans[key]
         self._valid_until = self._next_expiry(now)
 
     def _next_expiry(self, now: float) -> float:
@@ -256,6 +296,7 @@ class Engine:
         ]
         if self.rehearsed is not None:  # its overrides expire too
             moments.append(self.rehearsed._next_expiry(now))
+        moments += [p.valid_until for p in self._plans.values() if p.valid_until > now]
         return min(moments, default=float("inf"))
 
     def decision(

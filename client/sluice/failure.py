@@ -324,7 +324,7 @@ def _local(
     when the policy caps concurrency."""
     plan = prepared.plan
     if share != 1:
-        plan = engine.plan(plan.policy, prepared.cost, share)
+        plan = engine.plan(plan.policy, prepared.cost, share, calendar=plan.calendar)
     if not prepared.slots:
         return engine.decision(
             prepared, local(prepared.keys, plan, owed), plan=plan, at=at

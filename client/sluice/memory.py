@@ -27,6 +27,7 @@ from typing import Any
 
 from .bucket import SCRIPT
 from .kinds.gcra import admits
+from .kinds.quota import Quota, quota_shape, quota_state
 from .kinds.sliding import Sliding, sliding_count, sliding_state
 from .scripts import CHARGE, HOT, RELEASE
 
@@ -78,6 +79,35 @@ class _Window:
         return sliding_state(self.shape, self.previous, self.current, self.elapsed)
 
 
+@dataclass(slots=True)
+class _Quota:
+    """A calendar quota read by the script's first loop, decided by its second."""
+
+    key: str
+    shape: Quota  #: of the caller's period (its tick)
+    used: int
+    start: int  #: the period's, epoch s (the caller's, or as Redis time moved it)
+    end: int
+    same: bool  #: whether the key holds this period's count
+
+    def fits(self) -> bool:
+        return self.used + self.shape.cost <= self.shape.limit
+
+    def decide(self, store: MemoryStore, charge: bool, now: int) -> int:
+        """Charge it when ``charge``; return its state after the decision."""
+        if charge:
+            fields = store._hget(self.key, now)
+            if self.same:
+                fields["n"] = fields.get("n", 0) + self.shape.cost
+            else:  # the period's first charge: HSET p n, PEXPIREAT its end
+                store._hashes[self.key] = (
+                    {"p": self.start, "n": self.shape.cost},
+                    self.end * 1000,
+                )
+            self.used += self.shape.cost
+        return quota_state(self.shape, self.used, self.end, now)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -90,8 +120,9 @@ class MemoryStore:
         self._lock = threading.Lock()
         #: bucket key -> (TAT in µs, expiry in ms): SET ... PX
         self._values: dict[str, tuple[int, int]] = {}
-        #: sliding window key -> (window number -> count, expiry in ms): a hash
-        self._hashes: dict[str, tuple[dict[int, int], int]] = {}
+        #: sliding window key -> (window number -> count, expiry in ms), calendar
+        #: quota key -> ({"p": period start, "n": count}, expiry in ms): a hash
+        self._hashes: dict[str, tuple[dict[Any, int], int]] = {}
         #: slot key -> (member -> score in ms, expiry in ms or None): a sorted set
         self._sets: dict[str, tuple[dict[str, int], int | None]] = {}
         self._writes = 0
@@ -201,17 +232,19 @@ class MemoryStore:
     # -- the scripts --------------------------------------------------------------------
 
     def _token_bucket(self, keys: list[str], argv: list[str], now: int) -> list[int]:
-        """``lua/token_bucket.lua``: GCRA buckets, and sliding windows (:meth:`_window`)."""
+        """``lua/token_bucket.lua``: GCRA buckets, sliding windows (:meth:`_window`)
+        and calendar quotas (:meth:`_quota`)."""
         debts: list[int] = []
         fits: list[int | None] = []
-        windows: dict[int, _Window] = {}
+        windows: dict[int, _Window | _Quota] = {}
         admitted = rehearsed = 1
         for i, key in enumerate(keys):
             increment, capacity = int(argv[3 * i]), int(argv[3 * i + 1])
             kind = argv[3 * i + 2]
-            if len(kind) > 1:
-                windows[i] = window = self._window(key, argv[3 * i : 3 * i + 3], now)
-                ok, debt = window.fits(), 0
+            if len(kind) > 1:  # "q": a calendar quota, "w": a sliding window
+                read = self._quota if kind[1] == "q" else self._window
+                windows[i] = counted = read(key, argv[3 * i : 3 * i + 3], now)
+                ok, debt = counted.fits(), 0
             else:
                 tat = self._get(key, now)
                 debt = tat - now if tat is not None and tat > now else 0
@@ -250,7 +283,23 @@ class MemoryStore:
             now - number * window,
         )
 
-    def _hget(self, key: str, now: int) -> dict[int, int]:
+    def _quota(self, key: str, argv: list[str], now: int) -> _Quota:
+        """A calendar quota's count at ``now`` (``HMGET p n``), of the period Redis
+        time is in (the script's ``quota``)."""
+        cost, limit, flag = int(argv[0]), int(argv[1]), argv[2]
+        start, end, after = (int(part) for part in flag[2:].split(":"))
+        shape = quota_shape(limit, cost, (start, end, after))
+        fields = self._hget(key, now)
+        held = fields.get("p")
+        if now >= end * 1_000_000:
+            start, end = end, after
+        elif held is not None and held < start and now < start * 1_000_000:
+            start, end = held, start
+        if held == start:
+            return _Quota(key, shape, fields.get("n", 0), start, end, True)
+        return _Quota(key, shape, 0, start, end, False)
+
+    def _hget(self, key: str, now: int) -> dict[Any, int]:
         entry = self._hashes.get(key)
         if entry is None:
             return {}

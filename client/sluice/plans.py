@@ -5,6 +5,11 @@ An :class:`~.engine.Engine` compiles each (policy, request cost) it meets into a
 look-ups and string formatting only. Plans also say which of the slower paths a
 policy needs: sharded keys (same script, other keys), or leases and concurrency
 slots (the ``hot.lua`` script, :mod:`.hot`).
+
+A policy with calendar quotas is compiled per tenant calendar too, with the bounds
+of the period it is in (:func:`.calendar.period_bounds`, at the caller's clock);
+the plan is good until the first of those periods ends (``valid_until``), when
+the engine compiles it again: no boundary is computed per request.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
+from .calendar import UTC_RULE, Calendar, period_bounds
 from .keys import inflight_template, key_template
-from .kinds import LimitKind, Shape, kind_of
+from .kinds import CALENDAR_QUOTA, LimitKind, Shape, kind_of
 from .kinds.gcra import Geometry
-from .quota import ConcurrencyLimit, Dimension, RateLimit
+from .quota import CalendarQuota, ConcurrencyLimit, Dimension, RateLimit
 from .rules import Policy
 
-__all__ = ["LimitPlan", "PolicyPlan", "SlotPlan", "compile_policy"]
+__all__ = ["LimitPlan", "PolicyPlan", "SlotPlan", "calendared", "compile_policy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +71,47 @@ class PolicyPlan:
     sharded: tuple[tuple[int, int], ...] = ()  #: (limit index, shards) to suffix
     slots: tuple[SlotPlan, ...] = ()  #: concurrency limits
     hot: bool = False  #: leases or slots: decided by the hot script (:mod:`.hot`)
+    #: the tenant calendar its quotas were compiled for (None: it has none)
+    calendar: Calendar | None = None
+    #: epoch seconds at which a quota's period ends: compile it again from then
+    valid_until: float = float("inf")
 
 
-def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
+def calendared(policy: Policy) -> bool:
+    """Whether ``policy`` holds calendar quotas (its plans depend on the calendar)."""
+    return any(type(limit) is CalendarQuota for limit in policy.limits)
+
+
+def compile_policy(
+    policy: Policy,
+    *,
+    cost: int,
+    share: int = 1,
+    calendar: Calendar | None = None,
+    zone_rule: str = UTC_RULE,
+    now: float = 0.0,
+) -> PolicyPlan:
     """Compile ``policy`` for requests of ``cost`` (``share``: see :meth:`.LimitKind.shape`).
 
-    Each limit's kind gives its shape, its script arguments and its headers.
+    Each limit's kind gives its shape, its script arguments and its headers. A
+    calendar quota counts in the period holding ``now`` (epoch seconds, the
+    caller's clock) of ``calendar`` (None: UTC, billing day 1), whose zone has
+    the POSIX rule ``zone_rule``.
     """
     plans: list[LimitPlan] = []
     args: list[bytes] = []
+    valid_until = float("inf")
+    billing_day = calendar.billing_day if calendar is not None else 1
     for limit in policy.limits:
-        plan = _limit_plan(policy, limit, cost=limit.cost or cost, share=share)
+        bounds = None
+        if type(limit) is CalendarQuota:
+            bounds = period_bounds(
+                int(now), limit.per, limit.cycle, zone_rule, billing_day
+            )
+            valid_until = min(valid_until, bounds[1])
+        plan = _limit_plan(
+            policy, limit, cost=limit.cost or cost, share=share, bounds=bounds
+        )
         plans.append(plan)
         args += plan.kind.arguments(plan.shape, flag=b"1" if limit.shadow else b"0")
     slots = tuple(_slot_plan(policy, cap) for cap in policy.concurrency)
@@ -92,14 +128,26 @@ def compile_policy(policy: Policy, *, cost: int, share: int = 1) -> PolicyPlan:
         ),
         slots=slots,
         hot=bool(slots) or any(p.lease for p in plans),
+        calendar=calendar,
+        valid_until=valid_until,
     )
 
 
 def _limit_plan(
-    policy: Policy, limit: RateLimit, *, cost: int, share: int
+    policy: Policy,
+    limit: RateLimit,
+    *,
+    cost: int,
+    share: int,
+    bounds: tuple[int, int, int] | None,
 ) -> LimitPlan:
     kind = kind_of(limit)
-    shape = kind.shape(limit, cost=cost, share=share)
+    if bounds is not None:  # a calendar quota, in the caller's period
+        shape: Shape = CALENDAR_QUOTA.shape(
+            cast(CalendarQuota, limit), cost=cost, share=share, bounds=bounds
+        )
+    else:
+        shape = kind.shape(limit, cost=cost, share=share)
     name, quota, window = kind.advertised(limit, shape)
     return LimitPlan(
         limit,

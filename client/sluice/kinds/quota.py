@@ -32,7 +32,7 @@ from sluice.quota import QUOTA_CYCLES, QUOTA_PERIODS, CalendarQuota
 
 from .base import Advertised, Direction
 
-__all__ = ["CALENDAR_QUOTA", "CalendarQuotaKind", "Quota"]
+__all__ = ["CALENDAR_QUOTA", "CalendarQuotaKind", "Quota", "quota_shape", "quota_state"]
 
 _MICROS = 1_000_000
 
@@ -68,9 +68,15 @@ class Quota:
 
     def reset(self, state: int, now: int) -> int:
         """µs from ``now`` (the reply's Redis time) to the end of the period: the
-        next period's when the script moved on to it."""
-        end = self.end if now < self.end * _MICROS else self.next_end
-        return max(0, end * _MICROS - now)
+        next period's when the script moved on to it, the start of this one when
+        Redis has not reached it (the caller's clock runs ahead)."""
+        if now >= self.end * _MICROS:
+            end = self.next_end
+        elif now < self.start * _MICROS:
+            end = self.start
+        else:
+            end = self.end
+        return end * _MICROS - now if end * _MICROS > now else 0
 
 
 def quota_shape(limit: int, cost: int, bounds: tuple[int, int, int]) -> Quota:
@@ -80,6 +86,15 @@ def quota_shape(limit: int, cost: int, bounds: tuple[int, int, int]) -> Quota:
     return Quota(
         cost, limit, start, end, next_end, math.ceil((end - start) * _MICROS / limit)
     )
+
+
+def quota_state(shape: Quota, used: int, end: int, now: int) -> int:
+    """The state (see the module) of a key that has ``used`` requests' worth (after
+    the decision) of the period ending at ``end`` (epoch s), at ``now`` (µs):
+    ``lua/token_bucket.lua``'s ``quota_state``."""
+    if used + shape.cost <= shape.limit:
+        return used * shape.tick
+    return end * _MICROS - now + (shape.limit - shape.cost) * shape.tick
 
 
 class CalendarQuotaKind:

@@ -27,6 +27,22 @@
 -- a duration in ticks of ceil(window / limit) µs: the count x tick while a
 -- request would fit, else the exact wait until it fits + (limit - cost) x tick.
 --
+-- A calendar quota (sluice.kinds.quota) has the same three ARGV too: the request
+-- cost, the limit (requests' worth per period), and its role followed by "q" and
+-- the period's bounds as the caller computed them from its clock, epoch seconds
+-- "<start>:<end>:<next end>" ("0q1764547200:1767225600:1769904000"). Its key is a
+-- hash: "p", the start of the period its count is of, and "n", the count; a key
+-- of another period has used nothing of this one. If Redis time has passed the
+-- end, the period is [end, next end) (the caller's clock lags the boundary); if
+-- it has not reached the start and the key holds an earlier period, that one
+-- goes on until the start (the caller's clock runs ahead). A request fits when
+-- used + cost <= limit; a charge starts the period's count ("p" and "n", expiring
+-- at the period's end) or adds to it. The limit is not in the key: raising it
+-- mid-period keeps what was used. Its state in the reply is a duration in ticks
+-- of ceil((end - start) µs / limit) of the caller's period: used x tick while a
+-- request would fit, else (end - now) + (limit - cost) x tick (the wait is the
+-- rest of the period).
+--
 -- All enforced limits must fit, or none of them (nor any shadow one) is written.
 -- When they do, every enforced or shadow limit that fits is charged, and its key
 -- expires when the bucket would be full again, so memory follows active clients.
@@ -40,7 +56,7 @@
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local debts, fits, windows = {}, {}, {}
+local debts, fits, windows, quotas = {}, {}, {}, {}
 local admitted, rehearsed = 1, 1
 
 -- A sliding window's {previous, current, number, elapsed} counts at now.
@@ -48,6 +64,32 @@ local function counts(key, window)
   local number = math.floor(now / window)
   local fields = redis.call('HMGET', key, string.format('%d', number - 1), string.format('%d', number))
   return {tonumber(fields[1]) or 0, tonumber(fields[2]) or 0, number, now - number * window}
+end
+
+-- A calendar quota's {used, start, end (epoch s), tick (µs), same period} at now.
+local function quota(key, bounds, limit)
+  local first, finish, after = string.match(bounds, '(%d+):(%d+):(%d+)')
+  first, finish, after = tonumber(first), tonumber(finish), tonumber(after)
+  local tick = math.ceil((finish - first) * 1000000 / limit)
+  local fields = redis.call('HMGET', key, 'p', 'n')
+  local held = tonumber(fields[1])
+  if now >= finish * 1000000 then
+    first, finish = finish, after
+  elseif held and held < first and now < first * 1000000 then
+    first, finish = held, first
+  end
+  if held == first then
+    return {tonumber(fields[2]) or 0, first, finish, tick, true}
+  end
+  return {0, first, finish, tick, false}
+end
+
+-- The state of a calendar quota (sluice.kinds.quota.quota_state).
+local function quota_state(q, cost, limit)
+  if q[1] + cost <= limit then
+    return q[1] * q[4]
+  end
+  return q[3] * 1000000 - now + (limit - cost) * q[4]
 end
 
 -- The state of a sliding window (sluice.kinds.sliding.sliding_state).
@@ -70,7 +112,13 @@ end
 for i = 1, #KEYS do
   local flag = ARGV[3 * i]
   local ok
-  if #flag > 1 then
+  if string.sub(flag, 2, 2) == 'q' then
+    local cost, limit = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+    local q = quota(KEYS[i], string.sub(flag, 3), limit)
+    ok = q[1] + cost <= limit
+    flag, quotas[i], debts[i] = string.sub(flag, 1, 1), true, q
+    fits[i] = ok
+  elseif #flag > 1 then
     local window = tonumber(string.sub(flag, 3))
     local c = counts(KEYS[i], window)
     local cost, limit = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
@@ -104,7 +152,22 @@ for i = 1, #KEYS do
   local debt = debts[i]
   local charged = admitted
   local window = windows[i]
-  if window then
+  if quotas[i] then
+    local cost, limit = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+    if string.sub(ARGV[3 * i], 1, 1) == '2' then
+      charged = rehearsed
+    end
+    if charged == 1 and fits[i] then
+      if debt[5] then
+        redis.call('HINCRBY', KEYS[i], 'n', cost)
+      else -- the period's first charge
+        redis.call('HSET', KEYS[i], 'p', string.format('%d', debt[2]), 'n', cost)
+        redis.call('PEXPIREAT', KEYS[i], debt[3] * 1000)
+      end
+      debt[1] = debt[1] + cost
+    end
+    debt = quota_state(debt, cost, limit)
+  elseif window then
     local cost, limit = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
     if string.sub(ARGV[3 * i], 1, 1) == '2' then
       charged = rehearsed
