@@ -312,7 +312,9 @@ class Engine:
         Decision made at ``at`` (epoch seconds, store clock); ``rehearsed``: what
         the rehearsal said (:func:`.rehearsal.rehearsed`), kept in the decision."""
         plan = plan or prepared.plan
-        statuses = bucket_statuses(plan, prepared.keys, reply, now=round(at * _MICROS))
+        # a quota resets at a moment: the store's time, else (no reply seen yet) ours
+        now = round((at or time.time()) * _MICROS)
+        statuses = bucket_statuses(plan, prepared.keys, reply, now=now)
         return self.conclude(
             prepared, plan, statuses, reply[0] == 1, at=at, rehearsed=rehearsed
         )

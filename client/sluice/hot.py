@@ -13,6 +13,7 @@ refuse, with the same limits (and concurrency limits) a Redis answer shows.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 from .concurrency import slot_statuses
@@ -169,7 +170,9 @@ def cached_rejection(
     statuses = tuple(
         s if reply[2 + 2 * i] >= 0 else s._replace(remaining=-1, reset=0.0)
         for i, s in enumerate(
-            bucket_statuses(plan, prepared.keys, reply, now=round(at * 1_000_000))
+            bucket_statuses(
+                plan, prepared.keys, reply, now=round((at or time.time()) * 1_000_000)
+            )
         )
     )
     if prepared.slots:

@@ -33,6 +33,9 @@ SCRIPTS = {
 }
 DECIDING_SCRIPTS = ("token_bucket", "hot")
 _SHARD = re.compile(r":s\d+$")
+#: a calendar quota's role flag and period bounds: the bounds are the day's or month's
+#: the scenario runs in, so not golden (``q*``)
+_QUOTA_BOUNDS = re.compile(r"^([0-3])q\d+:\d+:\d+$")
 
 
 def normal_key(key: str) -> str:
@@ -52,10 +55,16 @@ def script_call(args: list[str]) -> dict[str, Any] | None:
         return None
     count = int(args[2])
     keys = [normal_key(k) for k in args[3 : 3 + count]]
-    argv = list(args[3 + count :])
-    if name == "hot" and argv:
-        argv[0] = "*"  # the request id: random per gateway process
-    return {"script": name, "keys": keys, "argv": argv}
+    return {"script": name, "keys": keys, "argv": normal_argv(name, args[3 + count :])}
+
+
+def normal_argv(script: str, argv: list[str]) -> list[str]:
+    """A deciding script's arguments without what differs from run to run: ``hot.lua``'s
+    request id (random per gateway process) and a calendar quota's bounds, ``*``."""
+    argv = [_QUOTA_BOUNDS.sub(r"\1q*", arg) for arg in argv]
+    if script == "hot" and argv:
+        argv[0] = "*"
+    return argv
 
 
 class Monitor:

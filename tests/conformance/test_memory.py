@@ -33,8 +33,7 @@ class RecordingStore(MemoryStore):
         name = _NAMES.get(run.__name__)
         if name is not None:
             argv = [a.decode() if isinstance(a, bytes) else a for a in args]
-            if name == "hot" and argv:
-                argv[0] = "*"  # the request id: random per process
+            argv = observe.normal_argv(name, argv)
             keys_ = [observe.normal_key(k) for k in keys]
             self.calls.append({"script": name, "keys": keys_, "argv": argv})
         return super().run(run, keys, args)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sluice import Bundle, Dimension, Limiter, Snapshot, rate_limit_headers
-from sluice.model import SlidingWindow
+from sluice.model import Calendar, CalendarQuota, SlidingWindow
 from tests.celery_fixtures import wait_until
 from tests.conformance import corpus
 from tests.gateways import servers
@@ -227,3 +227,61 @@ def test_nginx_module__sliding_window__decides_as_the_python_client(
     keys = redis_client.keys("*free-a*sliding_window")
     assert len(keys) == 1
     assert list(redis_client.hgetall(keys[0]).values()) == [b"3"]
+
+
+def _seconds(header: str, name: str) -> int:
+    """The ``t`` of item ``name`` in a RateLimit header."""
+    item = next(i for i in header.split(", ") if i.startswith(f'"{name}"'))
+    return int(item.rpartition("t=")[2])
+
+
+def test_nginx_module__calendar_quota__periods_and_waits_as_the_python_client(
+    start_nginx, rules_server, redis_client
+):
+    # Given tier free's searches limited to 3 a billing month per account, for
+    # two tenants billed on the 29th in Paris (Lua's POSIX rule and period bounds)
+    active = corpus.snapshot()
+    quota = CalendarQuota(Dimension.TENANT, 3, "month", cycle="billing")
+    limited = tuple(
+        replace(p, limits=(quota,))
+        if (p.scope, p.route) == ("tier:free", "search")
+        else p
+        for p in active.rules.policies
+    )
+    paris = Calendar("Europe/Paris", 29)
+    rules = replace(
+        active.rules,
+        policies=limited,
+        calendars={"free-a": paris, "free-b": paris},
+        zones={"Europe/Paris": "CET-1CEST,M3.5.0,M10.5.0/3"},
+    )
+    snapshot = Snapshot.build(
+        version=corpus.VERSION,
+        parent=None,
+        published_at=corpus.PUBLISHED,
+        effective_at=corpus.PUBLISHED,
+        rules=rules,
+    )
+    rules_server.serve(Bundle(snapshot))
+    port, _ = start_nginx(port_of(rules_server))
+    wait_applied(rules_server)
+    # When one tenant searches 4 times through nginx, the other through the client
+    answers = [call(port, "/v1/search", tenant="free-a") for _ in range(4)]
+    limiter = Limiter(redis_client, snapshot)
+    decisions = [limiter.decide(route="search", tenant="free-b") for _ in range(4)]
+    # Then both admit 3 and reject the 4th until the same billing date
+    assert [a.status for a in answers] == [200, 200, 200, 429]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    headers = dict(rate_limit_headers(decisions[1]))
+    assert answers[1].headers["ratelimit-policy"] == headers["RateLimit-Policy"]
+    name = "tenant-month-quota"
+    ours = _seconds(headers["RateLimit"], name)
+    assert abs(_seconds(answers[1].headers["ratelimit"], name) - ours) <= 30
+    assert answers[1].headers["ratelimit"].startswith(f'"{name}";r=1;')
+    assert abs(int(answers[3].headers["retry-after"]) - decisions[3].retry_after) <= 30
+    # And nginx counted in the key the client uses, a hash of the period's start
+    key = decisions[3].deciding.key.replace("free-b", "free-a")
+    assert redis_client.hget(key, "n") == b"3"
+    assert redis_client.hget(key, "p") == redis_client.hget(
+        decisions[3].deciding.key, "p"
+    )

@@ -21,8 +21,21 @@ local PROBLEM_REDUCED_CAPACITY =
   "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 local PHRASES = { [429] = "Too Many Requests", [503] = "Service Unavailable" }
 
---- Statuses of the buckets from a reply with `step` values per bucket (fits, debt, ...).
-function _M.bucket_statuses(plan, keys, reply, step)
+-- µs from `now` (µs) to the end of a calendar quota's period: the next one's once
+-- Redis time has passed it, this one's start before it began (sluice/kinds/quota.py).
+local function period_reset(bounds, now)
+  local finish = bounds[2]
+  if now >= bounds[2] * MICROS then
+    finish = bounds[3]
+  elseif now < bounds[1] * MICROS then
+    finish = bounds[1]
+  end
+  return max(0, finish * MICROS - now)
+end
+
+--- Statuses of the buckets from a reply with `step` values per bucket (fits, debt, ...);
+--- `now`: the decision's store time, µs (a calendar quota resets at its period's end).
+function _M.bucket_statuses(plan, keys, reply, step, now)
   local statuses = {}
   for i, p in ipairs(plan.limits) do
     local at = step * (i - 1) + 2
@@ -30,6 +43,10 @@ function _M.bucket_statuses(plan, keys, reply, step)
     local remaining = max(0, floor((p.capacity - debt) / p.tick))
     if plan.sharded then
       remaining = remaining * p.shards
+    end
+    local reset = debt / MICROS
+    if p.bounds then
+      reset = period_reset(p.bounds, now or 0) / MICROS
     end
     statuses[i] = {
       name = p.name,
@@ -39,7 +56,7 @@ function _M.bucket_statuses(plan, keys, reply, step)
       window = p.window,
       fits = fits,
       remaining = remaining,
-      reset = debt / MICROS,
+      reset = reset,
       retry_after = fits and 0 or max(0, debt + p.increment - p.capacity) / MICROS,
       shadow = p.shadow,
     }
@@ -126,7 +143,9 @@ end
 
 --- The decision of a token-bucket reply (step 2) or a hot reply's buckets (step 3).
 function _M.decision(engine, prepared, plan, reply, at)
-  local statuses = _M.bucket_statuses(plan, prepared.keys, reply, 2)
+  -- a quota resets at a moment: the store's time, else (no reply seen yet) ours
+  local now = floor((at > 0 and at or ngx.now()) * MICROS + 0.5)
+  local statuses = _M.bucket_statuses(plan, prepared.keys, reply, 2, now)
   return _M.conclude(engine, prepared, plan, statuses, reply[1] == 1, at)
 end
 
@@ -207,6 +226,9 @@ function _M.limit_in_words(limit, concurrent)
   local text
   if limit.kind == "sliding_window" then -- no burst: any window holds at most the limit
     text = requests(limit.limit) .. " in any " .. PERIOD_WORDS[limit.window] .. " " .. subject
+  elseif limit.kind == "calendar_quota" then
+    local period = limit.cycle == "billing" and "billing month" or limit.per
+    text = requests(limit.limit) .. " per " .. period .. " " .. subject
   else
     text = requests(limit.rate) .. " per " .. PERIOD_WORDS[limit.period] .. " " .. subject
       .. ", bursts of " .. thousands(limit.burst)

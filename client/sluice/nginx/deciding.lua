@@ -97,7 +97,9 @@ end
 
 function Gateway:cached_rejection(engine, prepared, reply)
   local plan = prepared.plan
-  local statuses = answer.bucket_statuses(plan, prepared.keys, reply, 2)
+  local at = self:store_time()
+  local now = math.floor((at > 0 and at or ngx.now()) * 1000000 + 0.5)
+  local statuses = answer.bucket_statuses(plan, prepared.keys, reply, 2, now)
   for i, status in ipairs(statuses) do
     if reply[2 * i + 1] < 0 then
       status.remaining, status.reset = -1, 0
@@ -111,7 +113,7 @@ function Gateway:cached_rejection(engine, prepared, reply)
       shadow = slot.shadow, concurrent = true,
     }
   end
-  return answer.conclude(engine, prepared, plan, statuses, false, self:store_time())
+  return answer.conclude(engine, prepared, plan, statuses, false, at)
 end
 
 --- Spend leased tokens; the decision when Redis is not needed, else nil and the call.

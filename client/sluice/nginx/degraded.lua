@@ -41,7 +41,7 @@ end
 function Gateway:decide_locally(engine, prepared, share, owed)
   local plan = prepared.plan
   if share ~= 1 then
-    plan = engine:plan(plan.policy, prepared.cost, share)
+    plan = engine:plan(plan.policy, prepared.cost, share, plan.calendar)
   end
   local at = self:store_time()
   local function buckets()

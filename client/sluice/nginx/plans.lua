@@ -6,9 +6,14 @@
 -- A sliding window (sluice/kinds/sliding.py) is read by the simulations
 -- (failure.lua, hotkeys.lua, answer.lua) with the bucket's arithmetic: its state
 -- in ticks of ceil(window / limit) µs fits, counts down and waits exactly as a
--- bucket of increment = cost x tick and capacity = limit x tick does.
+-- bucket of increment = cost x tick and capacity = limit x tick does. So is a
+-- calendar quota (sluice/kinds/quota.py), in ticks of ceil(period / limit) µs;
+-- its plan holds its period's bounds (`bounds`), and the policy's plan is good
+-- until the first of them ends (`valid_until`).
 
-local ceil, floor, max = math.ceil, math.floor, math.max
+local calendar = require "sluice.nginx.calendar"
+
+local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
 
 local _M = {}
 
@@ -42,9 +47,40 @@ local function window_plan(policy, limit, cost, share)
   }
 end
 
-local function limit_plan(policy, limit, cost, share)
+local function quota_plan(policy, limit, cost, share, cal, now)
+  local held = max(cost, floor(limit.limit / share))
+  local start, finish, after =
+    calendar.period_bounds(floor(now), limit.per, limit.cycle, cal.rule, cal.billing_day)
+  local tick = ceil((finish - start) * MICROS / held) -- as token_bucket.lua computes it
+  return {
+    limit = limit,
+    dimension = limit.dimension,
+    name = limit.dimension .. "-" .. limit.per .. "-quota",
+    middle = "}:route:" .. policy.route .. ":" .. limit.dimension .. ":",
+    suffix = ":" .. limit.period .. ":calendar_quota",
+    tick = tick,
+    increment = cost * tick,
+    capacity = held * tick,
+    quota = held,
+    window = finish - start,
+    bounds = { start, finish, after },
+    shadow = limit.shadow,
+    shards = 1,
+    lease = 0,
+    lease_us = 0,
+    gcra = false,
+    -- token_bucket.lua's ARGV: cost, limit, and the flag followed by q<start:end:next end>
+    argv = { string.format("%d", cost), string.format("%d", held) },
+    rest = string.format("q%d:%d:%d", start, finish, after),
+  }
+end
+
+local function limit_plan(policy, limit, cost, share, cal, now)
   if limit.kind == "sliding_window" then
     return window_plan(policy, limit, cost, share)
+  end
+  if limit.kind == "calendar_quota" then
+    return quota_plan(policy, limit, cost, share, cal, now)
   end
   local shards = limit.shards
   local part = share * shards
@@ -72,11 +108,16 @@ local function limit_plan(policy, limit, cost, share)
   }
 end
 
---- `policy` compiled for requests of `cost` (`share`: 1, or the local mode's share).
-function _M.compile(policy, cost, share)
+--- `policy` compiled for requests of `cost` (`share`: 1, or the local mode's share);
+--- its calendar quotas in the period of tenant calendar `cal` holding `now` (epoch s).
+function _M.compile(policy, cost, share, cal, now)
   local limits, args, counts_tenant, sharded, leased = {}, {}, false, false, false
+  local valid_until = math.huge
   for i, limit in ipairs(policy.limits) do
-    local plan = limit_plan(policy, limit, limit.cost or cost, share)
+    local plan = limit_plan(policy, limit, limit.cost or cost, share, cal, now)
+    if plan.bounds then
+      valid_until = min(valid_until, plan.bounds[2])
+    end
     limits[i] = plan
     args[#args + 1] = plan.argv[1]
     args[#args + 1] = plan.argv[2]
@@ -109,6 +150,8 @@ function _M.compile(policy, cost, share)
     sharded = sharded,
     slots = slots,
     hot = #slots > 0 or leased, -- decided by hot.lua (sluice/hot.py)
+    calendar = cal,
+    valid_until = valid_until,
     rehearsals = setmetatable({}, { __mode = "k" }), -- scheduled plan -> rehearsal
   }
 end

@@ -7,6 +7,7 @@
 -- look-ups and string concatenations. tests/conformance/ holds this to the Python
 -- model: the corpus it generates is run against this module in the suite.
 
+local calendar = require "sluice.nginx.calendar"
 local canonical = require "sluice.nginx.canonical"
 local cjson = require "cjson.safe"
 local keys = require "sluice.nginx.keys"
@@ -74,12 +75,42 @@ local function window_of(raw, l)
   }
 end
 
+local QUOTA_PERIODS = { day = true, month = true }
+
+-- A calendar quota (sluice/quota.py CalendarQuota): per day or month, in the
+-- tenant's calendar; `period` is its key's part (day, month, month-billing).
+local function quota_of(raw, l)
+  local cycle = value(l.cycle) or "calendar"
+  if not QUOTA_PERIODS[l.per] or l.limit < 1 or (cycle ~= "calendar" and cycle ~= "billing")
+    or (cycle == "billing" and l.per ~= "month") then
+    error("bad limit in " .. raw.scope .. "/" .. raw.route)
+  end
+  return {
+    kind = "calendar_quota",
+    dimension = l.dimension,
+    limit = l.limit,
+    per = l.per,
+    cycle = cycle,
+    period = cycle == "calendar" and l.per or l.per .. "-" .. cycle,
+    cost = value(l.cost),
+    shadow = l.shadow == true,
+    shards = 1,
+    lease = 0,
+    lease_ms = 1000,
+    name = value(l.name),
+    description = value(l.description),
+  }
+end
+
 local function policy_of(raw)
-  local limits = {}
+  local limits, calendared = {}, false
   for i, l in ipairs(raw.limits) do
     local kind = value(l.kind) or "gcra"
     if kind == "sliding_window" then
       limits[i] = window_of(raw, l)
+    elseif kind == "calendar_quota" then
+      limits[i] = quota_of(raw, l)
+      calendared = true
     elseif kind ~= "gcra" then
       error("unknown limit kind " .. tostring(kind) .. " in " .. raw.scope .. "/" .. raw.route)
     else
@@ -123,7 +154,31 @@ local function policy_of(raw)
     override = expires ~= nil,
     ref = raw.scope .. "/" .. raw.route .. (expires and "~" or ""),
     plans = {},
+    calendared = calendared, -- compiled per tenant calendar, per period
   }
+end
+
+local DEFAULT_CALENDAR = { zone = "UTC", billing_day = 1, rule = calendar.UTC_RULE, id = "UTC:1" }
+
+-- Tenant -> its calendar (zone, billing day, the zone's POSIX rule), checked as
+-- sluice/parsing.py and validation.py check them.
+local function calendars_of(rules)
+  local zones = value(rules.zones) or {}
+  for zone, rule in pairs(zones) do
+    calendar.parse_zone_rule(rule) -- raises on a bad one
+  end
+  local found = {}
+  for slug, raw in pairs(value(rules.calendars) or {}) do
+    local zone = value(raw.zone) or "UTC"
+    local day = value(raw.billing_day) or 1
+    local rule = zones[zone] or (zone == "UTC" and calendar.UTC_RULE)
+    if not rule or type(day) ~= "number" or day < 1 or day > 31 or day % 1 ~= 0
+      or rules.tenants[slug] == nil then
+      error("bad calendar of tenant " .. tostring(slug))
+    end
+    found[slug] = { zone = zone, billing_day = day, rule = rule, id = zone .. ":" .. day }
+  end
+  return found
 end
 
 local Engine = {}
@@ -169,6 +224,7 @@ function _M.engine(snapshot, options)
     hash = snapshot.hash,
     effective = epoch(snapshot.effective_at),
     tenants = rules.tenants,
+    calendars = calendars_of(rules),
     documentation = value(rules.documentation) or "",
     routes = routes,
     tree = routing.tree(routes),
@@ -216,15 +272,29 @@ function Engine:resolve(tenant, route, now)
   error("no policy matched")
 end
 
---- The plan of `policy` for requests of `cost` (`share`: 1, or the local share).
-function Engine:plan(policy, cost, share)
+--- The plan of `policy` for requests of `cost` (`share`: 1, or the local share); a
+--- policy with calendar quotas per tenant `cal`endar too, in the period holding `now`
+--- (epoch seconds), compiled again once that period ends (sluice/engine.py).
+function Engine:plan(policy, cost, share, cal, now)
   local key = cost .. ":" .. share
+  if policy.calendared then
+    cal = cal or DEFAULT_CALENDAR
+    key = key .. ":" .. cal.id
+    now = now or ngx.now()
+  else
+    cal = nil
+  end
   local plan = policy.plans[key]
-  if plan == nil then
-    plan = plans.compile(policy, cost, share)
+  if plan == nil or (cal and plan.valid_until <= now) then
+    plan = plans.compile(policy, cost, share, cal, now)
     policy.plans[key] = plan
   end
   return plan
+end
+
+--- The calendar of `tenant` (UTC, billing day 1 when it has none).
+function Engine:calendar(tenant)
+  return tenant and self.calendars[tenant] or DEFAULT_CALENDAR
 end
 
 local function key_of(owner, p, who, tail)
@@ -242,7 +312,7 @@ function Engine:prepare(who, now, upcoming)
   local policy = self:resolve(who.tenant, route, now)
   local route_cost = route and route.cost or 1
   local cost = who.cost or route_cost
-  local plan = self:plan(policy, cost, 1)
+  local plan = self:plan(policy, cost, 1, self:calendar(who.tenant), now)
   local owner = "rl:{" .. keys.owner(who, plan.counts_tenant)
   local bucket_keys = {}
   for i, p in ipairs(plan.limits) do
@@ -256,7 +326,8 @@ function Engine:prepare(who, now, upcoming)
     if who.cost and who.cost ~= route_cost then
       later_cost = who.cost
     end
-    local found = rehearsals.of(plan, upcoming, upcoming:plan(later, later_cost, 1))
+    local scheduled = upcoming:plan(later, later_cost, 1, upcoming:calendar(who.tenant), now)
+    local found = rehearsals.of(plan, upcoming, scheduled)
     if found then
       local tail, rehearsal_keys = ":r" .. found.version, {}
       for i, p in ipairs(found.limits) do
