@@ -8,6 +8,7 @@ documented default decision and a log line, never a broken connection.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -17,7 +18,8 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 
 from sluice import STREAM_KEY, Bundle, Dimension, FailureMode, Route
-from sluice.model import SlidingWindow
+from sluice.calendar import period_bounds
+from sluice.model import Calendar, CalendarQuota, Rules, SlidingWindow
 from tests.celery_fixtures import wait_until
 from tests.client.factories import (
     PUBLISHED,
@@ -469,3 +471,51 @@ def test_rls__sliding_window__its_limit_in_the_closest_unit(serve):
     assert first.current_limit.unit == Response.RateLimit.MINUTE
     assert first.limit_remaining == 1
     assert headers(replies[0])["RateLimit"] == '"tenant-min-sliding";r=1;t=30'
+
+
+def test_quota__grpc_and_http__the_period_end_in_headers_and_units(serve):
+    # Given searches limited to 2 a day per tenant, acme's day in Paris, served
+    # to the decision service
+    plain = rules(
+        policy("default", "search", CalendarQuota(Dimension.TENANT, 2, "day")),
+        routes=ROUTES,
+    )
+    quota_rules = Rules(
+        plain.tiers,
+        plain.tenants,
+        plain.routes,
+        plain.policies,
+        calendars={"acme": Calendar("Europe/Paris")},
+        zones={"Europe/Paris": "CET-1CEST,M3.5.0,M10.5.0/3"},
+    )
+    service, _ = serve(Bundle(snapshot(quota_rules)))
+    channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+    rls = rls_pb2_grpc.RateLimitServiceStub(channel)
+    # When Envoy asks twice for acme, then nginx once over HTTP
+    replies = [
+        ask(rls, search(remote_address="203.0.113.9"), descriptor(tenant="acme"))
+        for _ in range(2)
+    ]
+    channel.close()
+    asked = {
+        "X-Original-Method": "GET",
+        "X-Original-URI": "/v1/search",
+        "X-Tenant": "acme",
+    }
+    status, fields, body = decide(service, **asked)
+    # Then Envoy reads a quota of 2 a DAY, reset at Paris's midnight
+    midnight = period_bounds(
+        int(time.time()), "day", "calendar", "CET-1CEST,M3.5.0,M10.5.0/3"
+    )[1]
+    first = replies[0].statuses[1]
+    assert first.current_limit.name == "tenant-day-quota"
+    assert first.current_limit.requests_per_unit == 2
+    assert first.current_limit.unit == Response.RateLimit.DAY
+    assert first.limit_remaining == 1
+    assert abs(first.duration_until_reset.seconds - (midnight - time.time())) < 60
+    policy_field = headers(replies[0])["RateLimit-Policy"]
+    assert policy_field.startswith('"tenant-day-quota";q=2;w=')
+    # And the third is a 429 whose Retry-After is the rest of acme's day
+    assert status == 429
+    assert abs(int(fields["retry-after"]) - (midnight - time.time())) < 60
+    assert json.loads(body)["violated-policies"] == ["tenant-day-quota"]
