@@ -62,11 +62,27 @@ Outcome = models.TextChoices(
 
 class LimitKind(models.TextChoices):
     """What a limit caps: a rate (a token bucket), requests in any window (a
-    sliding-window counter), or requests in flight at once."""
+    sliding-window counter), requests per calendar day or month (a calendar
+    quota), or requests in flight at once."""
 
     RATE = "rate", "rate: a token bucket"
     SLIDING_WINDOW = "sliding_window", "sliding window: at most N in any window"
+    CALENDAR_QUOTA = "calendar_quota", "calendar quota: at most N per day or month"
     CONCURRENT = "concurrent", "concurrent: requests in flight at once"
+
+
+class QuotaPer(models.TextChoices):
+    """The period of a calendar quota (the snapshot's ``per``)."""
+
+    DAY = "day", "per day"
+    MONTH = "month", "per month"
+
+
+class QuotaCycle(models.TextChoices):
+    """Where a calendar quota's month starts (the snapshot's ``cycle``)."""
+
+    CALENDAR = "calendar", "calendar: midnight, the 1st, in the tenant's time zone"
+    BILLING = "billing", "billing cycle: from the tenant's billing day"
 
 
 class Period(models.IntegerChoices):

@@ -22,6 +22,10 @@ class ImpactRowSerializer(serializers.Serializer):
     upper_bound = serializers.BooleanField(
         help_text="A limit counts per user, API key or IP: the estimate is a ceiling."
     )
+    quotas_left_out = serializers.BooleanField(
+        help_text="The new policy holds a calendar quota, which is not replayed: "
+        "what it would reject is not in rejected_new."
+    )
 
 
 class ImpactSerializer(serializers.Serializer):

@@ -28,7 +28,16 @@ class TenantSerializer(StrictModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ("id", "slug", "name", "tier", "contact_emails", *READ_ONLY[1:])
+        fields = (
+            "id",
+            "slug",
+            "name",
+            "tier",
+            "contact_emails",
+            "time_zone",
+            "billing_day",
+            *READ_ONLY[1:],
+        )
         read_only_fields = READ_ONLY
 
 

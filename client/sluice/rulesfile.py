@@ -26,13 +26,15 @@ from pathlib import Path as FilePath
 from typing import Any, TypeVar
 
 from .bundle import Bundle, fallback_snapshot, parse_bundle, read_bundle_file
+from .calendar import DEFAULT_ZONE, Calendar
 from .errors import EnforcementError, SnapshotError
 from .parsing import parse_concurrency, parse_limit, parse_policy, parse_route
-from .quota import DEFAULT_TIMEOUT, ConcurrencyLimit, Limit, RateLimit, SlidingWindow
+from .quota import DEFAULT_TIMEOUT, ConcurrencyLimit, RateLimit
 from .rules import Policy, Rules
 from .signing import KeyRing
 from .snapshot import Snapshot
 from .validation import Problem, policy_ref, validate_rules
+from .zonefiles import zone_rule
 
 __all__ = [
     "PERIOD_NAMES",
@@ -56,7 +58,7 @@ _SECTIONS = {"tier": "tiers", "tenant": "tenants", "route": "routes"}
 #: per object: required members, optional ones (what only files and tables hold included)
 _MEMBERS = {
     "tiers": ({"name"}, {"position", "description"}),
-    "tenants": ({"name", "tier"}, {"contacts"}),
+    "tenants": ({"name", "tier"}, {"contacts", "time_zone", "billing_day"}),
     "routes": ({"methods", "path"}, {"cost", "failure_mode", "description"}),
     "policies": ({"scope", "route", "limits"}, {"expires_at", "reason"}),
 }
@@ -184,7 +186,13 @@ class _Reader:
         if "format" in data and data["format"] != 1:
             self.problem(("format",), f"{data['format']!r}: this client reads format 1")
         tiers = {slug: doc["name"] for slug, doc in self.section(data, "tiers")}
-        tenants = {slug: doc["tier"] for slug, doc in self.section(data, "tenants")}
+        found = self.section(data, "tenants")
+        tenants = {slug: doc["tier"] for slug, doc in found}
+        calendars = {
+            slug: calendar
+            for slug, doc in found
+            if (calendar := self.calendar(("tenants", slug), doc)) != Calendar()
+        }
         routes = {
             slug: route
             for slug, doc in self.section(data, "routes")
@@ -196,7 +204,31 @@ class _Reader:
             if policy is not None:
                 self.policies.setdefault(policy_ref(policy), index)
                 policies.append(policy)
-        return Rules(tiers, tenants, routes, tuple(policies))
+        return Rules(
+            tiers,
+            tenants,
+            routes,
+            tuple(policies),
+            calendars=calendars,
+            zones={
+                zone: zone_rule(zone)
+                for zone in sorted(
+                    {c.zone for c in calendars.values()} - {DEFAULT_ZONE}
+                )
+            },
+        )
+
+    def calendar(self, at: Path, doc: dict[str, Any]) -> Calendar:
+        """A tenant's calendar (UTC and day 1 unless it says), its zone one this
+        machine's tzdata knows: the snapshot carries the zone's rule."""
+        zone, day = doc.get("time_zone", DEFAULT_ZONE), doc.get("billing_day", 1)
+        if not isinstance(zone, str) or not _known_zone(zone):
+            self.problem((*at, "time_zone"), f"{zone!r} is not a known time zone")
+            zone = DEFAULT_ZONE
+        if isinstance(day, bool) or not isinstance(day, int) or not 1 <= day <= 31:
+            self.problem((*at, "billing_day"), "must be a day of the month, 1 to 31")
+            day = 1
+        return Calendar(zone=zone, billing_day=day)
 
     def members(
         self, at: Path, doc: Any, required: set[str], optional: set[str]
@@ -273,7 +305,11 @@ class _Reader:
             self.override(at, policy, doc)
         return replace(
             policy,
-            limits=tuple(v for v in values if isinstance(v, Limit | SlidingWindow)),
+            limits=tuple(
+                v
+                for v in values
+                if v is not None and not isinstance(v, ConcurrencyLimit)
+            ),
             concurrency=tuple(v for v in values if isinstance(v, ConcurrencyLimit)),
         )
 
@@ -292,6 +328,9 @@ class _Reader:
         if "max_inflight" in doc:
             cap = {"timeout": DEFAULT_TIMEOUT, "shadow": False, **doc}
             return self.parsed_as(at, lambda p: parse_concurrency(cap, p))
+        if doc.get("kind") == "calendar_quota":  # its ``per`` is a word already
+            quota = {"cost": None, "shadow": False, **doc}
+            return self.parsed_as(at, lambda p: parse_limit(quota, p))
         # Files name periods ("minute"); a sliding window's is its ``window``.
         member = "window" if doc.get("kind") == "sliding_window" else "period"
         period = doc.get(member)
@@ -314,6 +353,14 @@ class _Reader:
             return ("policies",)
         limits = self.parsed.data["policies"][index]["limits"]
         return ("policies", index, *problem_member(problem, limits))
+
+
+def _known_zone(name: str) -> bool:
+    try:
+        zone_rule(name)
+    except LookupError:
+        return False
+    return True
 
 
 def _member_path(path: str) -> Path:

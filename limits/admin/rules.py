@@ -211,6 +211,7 @@ class LimitInline(admin.StackedInline):
             {
                 "fields": (
                     ("kind", "dimension", "rate", "period", "burst"),
+                    ("quota_per", "quota_cycle"),
                     ("cost", "max_inflight", "shadow", "reads_as"),
                 )
             },

@@ -152,6 +152,9 @@ def _tenant(doc: Document) -> dict:
     out: dict[str, Any] = {"name": doc["name"], "tier": doc["tier"]}
     if doc.get("contacts"):
         out["contacts"] = _FlowList(doc["contacts"])
+    for member in ("time_zone", "billing_day"):  # written only when not the default
+        if member in doc:
+            out[member] = doc[member]
     return out
 
 

@@ -22,6 +22,7 @@ from limits.diff.limit_changes import (
     limit_changes,
 )
 from sluice.model import (
+    Calendar,
     Policy,
     Route,
     Rules,
@@ -106,21 +107,79 @@ def tier_change(slug: str, was: str | None, now: str | None) -> Change:
 
 
 def tenant_change(
-    slug: str, was: str | None, now: str | None, *, reach: Reach
+    slug: str,
+    was: str | None,
+    now: str | None,
+    *,
+    reach: Reach,
+    calendars: tuple[Calendar | None, Calendar | None] = (None, None),
 ) -> Change:
-    """A tenant added, removed, or moved to another tier (classified by what it gets)."""
-    fields = (FieldChange("tier", was, now),)
+    """A tenant added, removed, moved to another tier (classified by what it gets),
+    or given another calendar (``calendars``: before and after, None for UTC and
+    billing day 1)."""
     affected = reach.tenant(slug)
+    before, after = (calendar or _NO_CALENDAR for calendar in calendars)
     if was is None:
-        text = f"new tenant {slug} on tier {now}"
+        text = f"new tenant {slug} on tier {now}{_calendar_said(after)}"
+        fields = (FieldChange("tier", was, now), *_calendar_fields(None, after))
         return Change("tenant", slug, ChangeKind.NEW, text, affected, fields)
     if now is None:
         text = f"tenant {slug} removed (was on tier {was})"
+        fields = (FieldChange("tier", was, now), *_calendar_fields(before, None))
         return Change("tenant", slug, ChangeKind.REMOVED, text, affected, fields)
-    direction = reach.tier_move(was, now)
-    text = f"tenant {slug} moved: tier {was} → tier {now}"
-    return Change(
-        "tenant", slug, direction, text, affected, fields, direction=direction
+    said, fields = [], _calendar_fields(before, after)
+    direction = None
+    if was != now:
+        direction = reach.tier_move(was, now)
+        said.append(f"moved: tier {was} → tier {now}")
+        fields = (FieldChange("tier", was, now), *fields)
+    if before != after:
+        said.append(_calendar_moved(before, after))
+    # A calendar moved alone changes, and lowers, nothing by itself: the quota's
+    # period it starts has another start, so its count starts again from zero.
+    kind = direction or ChangeKind.CHANGED
+    text = f"tenant {slug} {'; '.join(said)}"
+    return Change("tenant", slug, kind, text, affected, fields, direction=direction)
+
+
+_NO_CALENDAR = Calendar()
+
+
+def _calendar_fields(
+    before: Calendar | None, after: Calendar | None
+) -> tuple[FieldChange, ...]:
+    """``time_zone`` and ``billing_day`` as they moved (all of them for a tenant that
+    comes or goes with a calendar that is not the default)."""
+    return tuple(
+        FieldChange(name, getattr(before, member, None), getattr(after, member, None))
+        for name, member in (("time_zone", "zone"), ("billing_day", "billing_day"))
+        if getattr(before or _NO_CALENDAR, member)
+        != getattr(after or _NO_CALENDAR, member)
+    )
+
+
+def _calendar_said(calendar: Calendar) -> str:
+    """`` (time zone Europe/Paris, billing day 17)``, or nothing for the default."""
+    parts = [
+        f"{field.field.replace('_', ' ')} {field.after}"
+        for field in _calendar_fields(None, calendar)
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _calendar_moved(before: Calendar, after: Calendar) -> str:
+    """``time zone UTC → Europe/Paris, billing day 1 → 17: its calendar quotas'
+    days and months now start ...``: what moved, and what it means for quotas."""
+    moved = ", ".join(
+        f"{field.field.replace('_', ' ')} {field.before} → {field.after}"
+        for field in _calendar_fields(before, after)
+    )
+    starts = [f"local midnight in {after.zone}"]
+    if after.billing_day != before.billing_day:
+        starts.append(f"billing cycles on day {after.billing_day} of the month")
+    return (
+        f"calendar: {moved} (its calendar quotas' periods move: days and months "
+        f"start at {' and '.join(starts)})"
     )
 
 

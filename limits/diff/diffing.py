@@ -123,9 +123,7 @@ def rules_diff(
     reach = Reach(old, new)
     changes = [
         *_mapping_changes(old.tiers, new.tiers, lambda *a: tier_change(*a)),
-        *_mapping_changes(
-            old.tenants, new.tenants, lambda *a: tenant_change(*a, reach=reach)
-        ),
+        *_tenant_changes(old, new, reach),
         *_mapping_changes(
             old.routes, new.routes, lambda *a: route_change(*a, reach=reach)
         ),
@@ -140,6 +138,31 @@ def _mapping_changes(old: dict, new: dict, make) -> list[Change]:
         make(key, old.get(key), new.get(key))
         for key in keys
         if old.get(key) != new.get(key)
+    ]
+
+
+def _tenant_changes(old: Rules, new: Rules, reach: Reach) -> list[Change]:
+    """Tenants added, removed, moved to another tier or given another calendar (the
+    periods of its calendar quotas move with it)."""
+    slugs = {
+        slug
+        for slug in old.tenants.keys() | new.tenants.keys()
+        if old.tenants.get(slug) != new.tenants.get(slug)
+    }
+    slugs.update(
+        slug
+        for slug in old.calendars.keys() | new.calendars.keys()
+        if old.calendars.get(slug) != new.calendars.get(slug)
+    )
+    return [
+        tenant_change(
+            slug,
+            old.tenants.get(slug),
+            new.tenants.get(slug),
+            reach=reach,
+            calendars=(old.calendars.get(slug), new.calendars.get(slug)),
+        )
+        for slug in sorted(slugs)
     ]
 
 

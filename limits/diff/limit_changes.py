@@ -12,6 +12,7 @@ from typing import Any
 from limits.diff.impact import bucket_kind, compare_caps
 from limits.diff.kinds import ChangeKind
 from sluice.model import (
+    CalendarQuota,
     ConcurrencyLimit,
     Limit,
     Policy,
@@ -24,10 +25,18 @@ from sluice.model import (
     parse_limit,
 )
 
-__all__ = ["FieldChange", "LimitChange", "cap_changes", "everything", "limit_changes"]
+__all__ = [
+    "FieldChange",
+    "LimitChange",
+    "cap_changes",
+    "everything",
+    "limit_changes",
+    "quota_name",
+]
 
 _LIMIT_FIELDS = ("rate", "burst", "cost", "shadow", "shards", "lease", "lease_ms")
 _WINDOW_FIELDS = ("limit", "cost", "shadow")
+_QUOTA_FIELDS = ("limit", "cost", "shadow")
 _CAP_FIELDS = ("max_inflight", "timeout", "shadow")
 
 
@@ -53,7 +62,7 @@ class LimitChange:
     concurrency cap, identified by dimension (its ``period`` is None)."""
 
     dimension: str
-    period: int | None
+    period: int | str | None  #: a quota's is a word (``month-billing``)
     kind: ChangeKind  #: new, removed, or its direction for a client
     before: RateLimit | ConcurrencyLimit | None
     after: RateLimit | ConcurrencyLimit | None
@@ -61,6 +70,10 @@ class LimitChange:
 
     @property
     def text(self) -> str:
+        if isinstance(self.before, CalendarQuota) and isinstance(
+            self.after, CalendarQuota
+        ):
+            return _quota_moved(self.before, self.after)
         if self.before is None:
             return f"new limit {describe_limit(self.after)}"
         if self.after is None:
@@ -101,7 +114,7 @@ def limit_changes(
     old = {(lim.dimension, lim.period): lim for lim in was}
     new = {(lim.dimension, lim.period): lim for lim in now}
     changes = []
-    for key in sorted(old.keys() | new.keys()):
+    for key in sorted(old.keys() | new.keys(), key=_limit_key_order):
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
@@ -118,17 +131,65 @@ def limit_changes(
     return tuple(changes)
 
 
+def _limit_key_order(key: tuple[str, int | str]) -> tuple[str, int, int | str]:
+    """Keys by dimension, then buckets' and windows' periods in seconds, then
+    quotas' (``day``, ``month``...): ints and words do not compare."""
+    dimension, period = key
+    return (dimension, 1, period) if isinstance(period, str) else (dimension, 0, period)
+
+
 def _rate_fields(before: RateLimit, after: RateLimit) -> tuple[FieldChange, ...]:
     """The members that moved; a limit that changed kind says that alone (the two
     kinds' numbers do not compare, as ``compare_limit`` says too)."""
     if type(before) is not type(after):
         return (FieldChange("kind", kind_of(before).name, kind_of(after).name),)
-    names = _WINDOW_FIELDS if isinstance(before, SlidingWindow) else _LIMIT_FIELDS
+    names = (
+        _QUOTA_FIELDS
+        if isinstance(before, CalendarQuota)
+        else _WINDOW_FIELDS
+        if isinstance(before, SlidingWindow)
+        else _LIMIT_FIELDS
+    )
     return tuple(
         FieldChange(f, getattr(before, f), getattr(after, f))
         for f in names
         if getattr(before, f) != getattr(after, f)
     )
+
+
+def quota_name(quota: CalendarQuota) -> str:
+    """``daily quota``, ``monthly quota`` or ``monthly quota (billing cycle)``."""
+    if quota.per == "day":
+        return "daily quota"
+    return (
+        "monthly quota (billing cycle)" if quota.cycle == "billing" else "monthly quota"
+    )
+
+
+def _quota_moved(before: CalendarQuota, after: CalendarQuota) -> str:
+    """``per tenant: monthly quota lowered from 10,000 to 5,000 calls``, then any
+    other member that moved (a quota is identified by its dimension, per and cycle,
+    so those never move)."""
+    subject = describe_limit(after).partition(": ")[0]
+    said = []
+    if before.limit != after.limit:
+        way = "lowered" if after.limit < before.limit else "raised"
+        said.append(
+            f"{quota_name(after)} {way} from {before.limit:,} to {after.limit:,} calls"
+        )
+    if before.cost != after.cost:
+        said.append(f"cost {_cost(before.cost)} → {_cost(after.cost)}")
+    if before.shadow != after.shadow:
+        said.append("now shadow (never rejects)" if after.shadow else "now enforced")
+    if not said:  # only its public words moved
+        said.append(
+            f"{quota_name(after)} of {after.limit:,} calls: public words changed"
+        )
+    return f"{subject}: {'; '.join(said)}"
+
+
+def _cost(cost: int | None) -> str:
+    return "the route's" if cost is None else str(cost)
 
 
 def cap_changes(

@@ -9,12 +9,17 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import (
+    MaxValueValidator,
+    MinValueValidator,
+    RegexValidator,
+)
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from limits.choices import FailureMode, HttpMethod, ScopeKind
+from limits.core.zones import UTC, validate_time_zone
 from sluice.model import (
     ALL_ROUTES,
     HTTP_METHODS,
@@ -113,7 +118,12 @@ class Tier(RuleModel):
 
 
 class Tenant(RuleModel):
-    """A customer of the API; its tier decides its limits unless a tenant policy does."""
+    """A customer of the API; its tier decides its limits unless a tenant policy does.
+
+    Its calendar (``time_zone``, ``billing_day``) places the periods of its
+    calendar quotas: a day or a month starts at local midnight, a billing cycle on
+    its billing day (a day the month lacks is the month's last).
+    """
 
     slug = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=200)
@@ -124,9 +134,29 @@ class Tenant(RuleModel):
         default=list,
         help_text="Who is told about limit changes, comma-separated.",
     )
+    time_zone = models.CharField(
+        max_length=64,
+        default=UTC,
+        validators=[validate_time_zone],
+        help_text="IANA time zone (Europe/Paris): calendar quotas reset at local "
+        "midnight.",
+    )
+    billing_day = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[positive, MaxValueValidator(31, "Must be at most 31.")],
+        help_text="Day of the month billing cycles start on (1-31; 31 is the last "
+        "day of shorter months).",
+    )
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(billing_day__gte=1, billing_day__lte=31),
+                name="%(app_label)s_%(class)s_billing_day_of_a_month",
+                violation_error_message="The billing day is a day of the month, 1 to 31.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug

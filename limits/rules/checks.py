@@ -18,6 +18,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator
 
+from limits.core.zones import validate_time_zone
 from limits.models import override_expiry_error
 from limits.models.rules import (
     route_slug_validator,
@@ -111,6 +112,8 @@ def _tenant(key: str, doc: Document, **_: Any) -> list[tuple[Path, str]]:
     email = EmailValidator("Not a valid e-mail address.")
     for index, address in enumerate(doc.get("contacts", [])):
         found += _validated(email, address, ("contacts", index))
+    if "time_zone" in doc:
+        found += _validated(validate_time_zone, doc["time_zone"], ("time_zone",))
     return found
 
 

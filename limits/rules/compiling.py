@@ -17,6 +17,7 @@ from django.db.models import Q
 
 from limits import models
 from limits.choices import LimitKind, ScopeKind
+from limits.core.zones import UTC, zones_of
 from sluice import model as sluice_model
 from sluice.model import PatternError, RouteTable
 
@@ -38,7 +39,8 @@ _LIMIT_FIELDS = models.Limit.SETTINGS
 def limit_to_snapshot(
     limit: models.Limit,
 ) -> sluice_model.RateLimit | sluice_model.ConcurrencyLimit:
-    """A row as the snapshot's value: a bucket, a sliding window, or a concurrency cap."""
+    """A row as the snapshot's value: a bucket, a sliding window, a calendar quota,
+    or a concurrency cap."""
     return limit.to_value()
 
 
@@ -47,7 +49,7 @@ def policy_to_snapshot(
 ) -> sluice_model.Policy:
     """The snapshot form of ``policy``, with ``limits`` or else its saved limits.
 
-    Rate limits (buckets and sliding windows) go to the policy's ``limits``,
+    Rate limits (buckets, sliding windows, calendar quotas) go to the policy's ``limits``,
     concurrent ones to its ``concurrency``, each in row order.
     """
     rows = policy.limits.all() if limits is None else limits
@@ -91,6 +93,21 @@ def limit_rows_from_snapshot(
 def _row_of_rate(row: models.Policy, lim: sluice_model.RateLimit) -> models.Limit:
     """The unsaved row of one rate limit: a window's limit and window are the row's
     rate and period (``Limit``'s docstring says why)."""
+    if isinstance(lim, sluice_model.CalendarQuota):
+        return models.Limit(
+            policy=row,
+            kind=LimitKind.CALENDAR_QUOTA,
+            dimension=lim.dimension.value,
+            rate=lim.limit,
+            period=None,
+            burst=None,
+            cost=lim.cost,
+            shadow=lim.shadow,
+            quota_per=lim.per,
+            quota_cycle=lim.cycle,
+            public_name=lim.name,
+            public_description=lim.description,
+        )
     if isinstance(lim, sluice_model.SlidingWindow):
         return models.Limit(
             policy=row,
@@ -174,6 +191,7 @@ def rules_compile(*, tenant: models.Tenant | None = None) -> sluice_model.Rules:
             | Q(tenant_id=tenant.pk)
         )
         tenants = tenants.filter(pk=tenant.pk)
+    calendars = _calendars(tenants)
     return sluice_model.Rules(
         tiers=dict(models.Tier.objects.values_list("slug", "name")),
         tenants=dict(tenants.values_list("slug", "tier__slug")),
@@ -182,7 +200,21 @@ def rules_compile(*, tenant: models.Tenant | None = None) -> sluice_model.Rules:
         },
         policies=_policies(policies),
         documentation=settings.SLUICE_DOCUMENTATION_URL,
+        calendars=calendars,
+        zones=zones_of(calendars.values()),
     )
+
+
+def _calendars(tenants) -> dict[str, sluice_model.Calendar]:
+    """The calendars of ``tenants`` that are not the default (UTC, billing day 1):
+    of 100,000 tenants, only those read, and written in the snapshot."""
+    rows = tenants.exclude(time_zone=UTC, billing_day=1).values_list(
+        "slug", "time_zone", "billing_day"
+    )
+    return {
+        slug: sluice_model.Calendar(zone=zone, billing_day=day)
+        for slug, zone, day in rows
+    }
 
 
 def _policies(policies) -> tuple[sluice_model.Policy, ...]:

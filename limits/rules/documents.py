@@ -3,7 +3,10 @@
 A document is a plain JSON-able dict describing one tier, tenant, route or
 policy by slugs (never database ids), with everything the rule tables hold
 about it: what gateways enforce, and what snapshots do not carry (names,
-descriptions, contacts, positions, reasons). Change requests store their edits
+descriptions, contacts, positions, reasons). A tenant's calendar
+(``time_zone``, ``billing_day``) is written only when it is not the default
+(UTC, day 1), as the snapshot's ``calendars`` does, so documents of tenants
+without one stay as they were. Change requests store their edits
 as documents (``ChangeEdit.before`` and ``after``); ``rules export`` writes
 them as YAML.
 
@@ -26,6 +29,7 @@ from typing import Any
 
 from limits import models
 from limits.choices import LimitKind
+from limits.core.zones import UTC, zones_of
 from sluice import model as sluice_model
 from sluice.model import DEFAULT_LEASE_MS, DEFAULT_TIMEOUT, policy_ref
 from sluice.rulesfile import PERIOD_NAMES
@@ -36,6 +40,7 @@ __all__ = [
     "Document",
     "Edit",
     "RuleDocuments",
+    "calendar_members",
     "document_in",
     "document_key",
     "document_normalize",
@@ -52,6 +57,7 @@ __all__ = [
     "row_document",
     "rules_value",
     "rules_with",
+    "tenant_calendar",
     "value_in",
 ]
 
@@ -87,6 +93,28 @@ def parse_time(text: str) -> datetime:
     return sluice_model.whole_seconds(moment)
 
 
+# -- tenants' calendars ------------------------------------------------------------
+
+_NO_CALENDAR = sluice_model.Calendar()
+
+
+def tenant_calendar(doc: Mapping[str, Any]) -> sluice_model.Calendar:
+    """The calendar of a tenant document (UTC and day 1 when it names none)."""
+    return sluice_model.Calendar(
+        zone=doc.get("time_zone", UTC), billing_day=doc.get("billing_day", 1)
+    )
+
+
+def calendar_members(calendar: sluice_model.Calendar) -> Document:
+    """A tenant document's calendar members, each written only when not its default."""
+    members: Document = {}
+    if calendar.zone != UTC:
+        members["time_zone"] = calendar.zone
+    if calendar.billing_day != 1:
+        members["billing_day"] = calendar.billing_day
+    return members
+
+
 # -- limits ------------------------------------------------------------------------
 
 
@@ -104,6 +132,19 @@ def limit_document(
             "shadow": value.shadow,
         }
         defaults = {"timeout": DEFAULT_TIMEOUT, "shadow": False}
+    elif isinstance(value, sluice_model.CalendarQuota):
+        # The snapshot's words, its cycle written only when billing (as there).
+        doc = {
+            "kind": "calendar_quota",
+            "dimension": value.dimension.value,
+            "limit": value.limit,
+            "per": value.per,
+            "cost": value.cost,
+            "shadow": value.shadow,
+        }
+        if value.cycle != "calendar":
+            doc["cycle"] = value.cycle
+        defaults = {"cost": None, "shadow": False}
     elif isinstance(value, sluice_model.SlidingWindow):
         # The snapshot's words: a window holds a limit, it has no rate or burst.
         doc = {
@@ -157,6 +198,17 @@ def limit_value(
             dimension=dimension,
             max_inflight=doc["max_inflight"],
             timeout=doc.get("timeout", DEFAULT_TIMEOUT),
+            shadow=doc.get("shadow", False),
+            name=doc.get("public_name", ""),
+            description=doc.get("public_description", ""),
+        )
+    if doc.get("kind") == "calendar_quota":
+        return sluice_model.CalendarQuota(
+            dimension=dimension,
+            limit=doc["limit"],
+            per=doc["per"],
+            cycle=doc.get("cycle", "calendar"),
+            cost=doc.get("cost"),
             shadow=doc.get("shadow", False),
             name=doc.get("public_name", ""),
             description=doc.get("public_description", ""),
@@ -248,6 +300,7 @@ def document_normalize(subject: str, doc: Mapping[str, Any]) -> Document:
             "name": doc["name"],
             "tier": doc["tier"],
             "contacts": list(doc.get("contacts", [])),
+            **calendar_members(tenant_calendar(doc)),
         }
     if subject == "route":
         return {
@@ -273,10 +326,14 @@ def row_document(row: Any, limits: Iterable[models.Limit] | None = None) -> Docu
             "position": row.position,
         }
     if isinstance(row, models.Tenant):
+        calendar = sluice_model.Calendar(
+            zone=row.time_zone, billing_day=row.billing_day
+        )
         return {
             "name": row.name,
             "tier": row.tier.slug,
             "contacts": list(row.contact_emails or []),
+            **calendar_members(calendar),
         }
     if isinstance(row, models.Route):
         return {
@@ -386,6 +443,7 @@ def documents_of_rules(
             "name": tenant_name,
             "tier": tier,
             "contacts": list(contacts),
+            **calendar_members(rules.calendars.get(slug, _NO_CALENDAR)),
         }
     for slug, route in rules.routes.items():
         (description,) = routes.get(slug, ("",))
@@ -415,6 +473,9 @@ def document_in(rules: sluice_model.Rules, subject: str, key: str) -> Document |
         tenants={key: value} if subject == "tenant" else {},
         routes={key: value} if subject == "route" else {},
         policies=(),
+        calendars={
+            k: v for k, v in rules.calendars.items() if subject == "tenant" and k == key
+        },
     )
     docs = documents_of_rules(single, only={part: [key]})
     return docs.of(subject)[key]
@@ -435,6 +496,7 @@ def documents_in(
         tenants={k: v for k, v in rules.tenants.items() if k in wanted["tenant"]},
         routes={k: v for k, v in rules.routes.items() if k in wanted["route"]},
         policies=tuple(p for p in rules.policies if policy_ref(p) in wanted["policy"]),
+        calendars={k: v for k, v in rules.calendars.items() if k in wanted["tenant"]},
     )
     only = {
         "tiers": sorted(wanted["tier"]),
@@ -505,7 +567,7 @@ def rules_value(subject: str, doc: Mapping[str, Any] | None, key: str = "") -> A
     if subject == "tier":
         return doc["name"]
     if subject == "tenant":
-        return doc["tier"]
+        return _tenant_value(doc["tier"], tenant_calendar(doc))
     if subject == "route":
         return _route_value(key, doc).to_json()
     return policy_value(doc).to_json()
@@ -524,7 +586,9 @@ def value_in(
     if subject == "tier":
         return rules.tiers.get(key)
     if subject == "tenant":
-        return rules.tenants.get(key)
+        tier = rules.tenants.get(key)
+        calendar = rules.calendars.get(key, _NO_CALENDAR)
+        return None if tier is None else _tenant_value(tier, calendar)
     if subject == "route":
         route = rules.routes.get(key)
         return route.to_json() if route else None
@@ -533,6 +597,13 @@ def value_in(
     else:
         policy = next((p for p in rules.policies if policy_ref(p) == key), None)
     return policy.to_json() if policy else None
+
+
+def _tenant_value(tier: str, calendar: sluice_model.Calendar) -> Any:
+    """A tenant as gateways see it: its tier, with its calendar when it has one
+    (the tier alone otherwise, as before calendars)."""
+    members = calendar.to_json()
+    return [tier, members] if members else tier
 
 
 def _route_value(slug: str, doc: Mapping[str, Any]) -> sluice_model.Route:
@@ -551,7 +622,7 @@ def rules_with(rules: sluice_model.Rules, edits: Iterable[Edit]) -> sluice_model
     Raises ValueError (or KeyError) for a document the snapshot cannot hold.
     """
     tiers, tenants = dict(rules.tiers), dict(rules.tenants)
-    routes = dict(rules.routes)
+    routes, calendars = dict(rules.routes), dict(rules.calendars)
     policies = {policy_ref(p): p for p in rules.policies}
     targets: dict[str, dict[str, Any]] = {
         "tier": tiers,
@@ -561,6 +632,13 @@ def rules_with(rules: sluice_model.Rules, edits: Iterable[Edit]) -> sluice_model
     }
     for edit in edits:
         target = targets[edit.subject]
+        if edit.subject == "tenant":  # its calendar goes and comes with it
+            calendars.pop(edit.key, None)
+            if (
+                edit.after is not None
+                and (calendar := tenant_calendar(edit.after)).to_json()
+            ):
+                calendars[edit.key] = calendar
         if edit.after is None:
             target.pop(edit.key, None)
         elif edit.subject == "tier":
@@ -577,4 +655,6 @@ def rules_with(rules: sluice_model.Rules, edits: Iterable[Edit]) -> sluice_model
         routes=routes,
         policies=tuple(policies.values()),
         documentation=rules.documentation,
+        calendars=calendars,
+        zones=zones_of(calendars.values()),
     )

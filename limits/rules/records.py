@@ -34,6 +34,7 @@ from limits.rules.documents import (
     policy_reasons,
     policy_row,
     policy_value,
+    tenant_calendar,
 )
 from sluice import model as sluice_model
 
@@ -115,6 +116,8 @@ def _copy_tenants(batch: list[Edit]) -> None:
             "name",
             "tier",
             "contact_emails",
+            "time_zone",
+            "billing_day",
             "created_at",
             "updated_at",
             "revision",
@@ -125,6 +128,8 @@ def _copy_tenants(batch: list[Edit]) -> None:
                 doc["name"],
                 tiers[doc["tier"]],
                 list(doc.get("contacts", [])),
+                (calendar := tenant_calendar(doc)).zone,
+                calendar.billing_day,
                 now,
                 now,
                 1,
@@ -191,6 +196,8 @@ def _save(edit: Edit, actor: Actor, reason: str) -> None:
     elif edit.subject == "tenant":
         row.name, row.tier = doc["name"], models.Tier.objects.get(slug=doc["tier"])
         row.contact_emails = list(doc.get("contacts", []))
+        calendar = tenant_calendar(doc)
+        row.time_zone, row.billing_day = calendar.zone, calendar.billing_day
     elif edit.subject == "route":
         row.description = doc.get("description", "")
         row.methods, row.path_pattern = sorted(doc["methods"]), doc["path"]

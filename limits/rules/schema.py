@@ -136,6 +136,22 @@ RULES_SCHEMA: dict[str, Any] = {
                     "default": [],
                     "description": "Who is told about limit changes.",
                 },
+                "time_zone": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 64,
+                    "default": "UTC",
+                    "description": "IANA time zone (Europe/Paris): calendar quotas "
+                    "reset at local midnight.",
+                },
+                "billing_day": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 31,
+                    "default": 1,
+                    "description": "Day of the month billing cycles start on (31: the "
+                    "last day of shorter months).",
+                },
             },
         ),
         "route": _object(
@@ -203,7 +219,14 @@ RULES_SCHEMA: dict[str, Any] = {
                     "properties": {"kind": {"const": "sliding_window"}},
                 },
                 "then": {"$ref": "#/$defs/sliding_window_limit"},
-                "else": {"$ref": "#/$defs/rate_limit"},
+                "else": {
+                    "if": {
+                        "required": ["kind"],
+                        "properties": {"kind": {"const": "calendar_quota"}},
+                    },
+                    "then": {"$ref": "#/$defs/calendar_quota_limit"},
+                    "else": {"$ref": "#/$defs/rate_limit"},
+                },
             },
         },
         "rate_limit": _object(
@@ -246,6 +269,32 @@ RULES_SCHEMA: dict[str, Any] = {
             },
             description="A sliding-window counter: at most limit in any window "
             "(no burst, shards or lease).",
+        ),
+        "calendar_quota_limit": _object(
+            ["kind", "dimension", "limit", "per"],
+            {
+                "kind": {"const": "calendar_quota"},
+                **_LIMIT_COMMON,
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER},
+                "per": {"enum": ["day", "month"]},
+                "cycle": {
+                    "enum": ["calendar", "billing"],
+                    "default": "calendar",
+                    "description": "billing (per month only): from the tenant's "
+                    "billing_day to the same day next month.",
+                },
+                "cost": _COST,
+            },
+            description="A calendar quota: at most limit per day or month in the "
+            "tenant's time zone, reset at the boundary (no period, burst, shards or "
+            "lease).",
+            **{
+                "if": {
+                    "required": ["cycle"],
+                    "properties": {"cycle": {"const": "billing"}},
+                },
+                "then": {"properties": {"per": {"const": "month"}}},
+            },
         ),
         "concurrent_limit": _object(
             ["dimension", "max_inflight"],

@@ -14,7 +14,14 @@ from limits.changes.services import Proposal, active_base, change_request_open
 from limits.core.audit import Actor
 from limits.models import ChangeOrigin, ChangeRequest, Tenant
 from limits.rules.documents import policy_document
-from sluice.model import Policy, RateLimit, Resolver, SlidingWindow, scope_key
+from sluice.model import (
+    CalendarQuota,
+    Policy,
+    RateLimit,
+    Resolver,
+    SlidingWindow,
+    scope_key,
+)
 
 __all__ = ["RAISE_DAYS", "RAISE_FACTOR", "override_raise"]
 
@@ -63,9 +70,8 @@ def override_raise(
 
 
 def _raised_limit(limit: RateLimit) -> RateLimit:
-    if isinstance(
-        limit, SlidingWindow
-    ):  # a window has no burst: its limit is its depth
+    # A window or a quota has no burst: its limit is all it holds.
+    if isinstance(limit, SlidingWindow | CalendarQuota):
         return replace(limit, limit=limit.limit * RAISE_FACTOR)
     return replace(
         limit, rate=limit.rate * RAISE_FACTOR, burst=limit.burst * RAISE_FACTOR

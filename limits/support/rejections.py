@@ -22,6 +22,7 @@ from limits.models import DecisionPeak, Snapshot
 from limits.versions.selectors import snapshot_in_force_at, snapshot_rules
 from sluice.model import (
     PERIOD_WORDS,
+    CalendarQuota,
     Dimension,
     Resolution,
     Resolver,
@@ -108,11 +109,12 @@ def rejection_explain(
     shared = policy.route == "*"
     seconds = _seconds_before(tenant, None if shared else route, at)
     plan = compile_policy(policy, cost=resolution.cost)
-    # A sliding window's "what would have fit" is not a bucket's: not judged here yet.
+    # A sliding window's or a calendar quota's "what would have fit" is not a
+    # bucket's (a quota's count runs over its whole day or month): not judged here.
     verdicts = [
         _verdict(p, seconds, limit)
         for p in plan.limits
-        if not p.limit.shadow and not isinstance(p.limit, SlidingWindow)
+        if not p.limit.shadow and not isinstance(p.limit, SlidingWindow | CalendarQuota)
     ]
     if not any(v.rejected for v in verdicts):  # unnamed, or named by another version
         verdicts = [_flag(v) for v in verdicts]

@@ -19,6 +19,7 @@ from limits.versions.selectors import (
 )
 from sluice.bucket import STORE_ERRORS, peek
 from sluice.model import (
+    CalendarQuota,
     ConcurrencyLimit,
     Dimension,
     Limit,
@@ -159,10 +160,11 @@ def _add_usage(
         )
         for bucket in explained.keys:
             limit = bucket.limit
-            # A sliding window's count is two fields of a hash, not a debt that
-            # peek reads: its usage is not shown yet.
+            # A sliding window's count is two fields of a hash, a calendar quota's
+            # the count of its day or month: not a debt that peek reads, so their
+            # usage is not shown here (rather than read as a bucket's).
             if (
-                isinstance(limit, ConcurrencyLimit | SlidingWindow)
+                isinstance(limit, ConcurrencyLimit | SlidingWindow | CalendarQuota)
                 or limit.dimension != Dimension.TENANT
             ):
                 continue

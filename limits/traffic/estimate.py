@@ -33,6 +33,7 @@ from limits.traffic.replay import (
     Replayed,
     buckets_of,
     could_reject,
+    quotas_left_out,
     replay,
 )
 from sluice.model import Resolver, Rules
@@ -45,6 +46,7 @@ CAVEATS = (
     "Rejected requests are replayed as if sent anyway; clients that back off after a 429 send fewer.",
     "Limits per user, API key or IP are replayed as if the tenant were one client: an upper bound.",
     "Concurrency caps, hot-key leases and shards, and gateways' local or fail-open modes are not replayed.",
+    "Calendar quotas (per day or month) are not replayed: what they would reject is not in the estimate, and rows whose policy has one say so.",
     "Only traffic the gateways reported counts: dropped events and anonymous traffic of unknown tenants are missing.",
 )
 
@@ -61,6 +63,9 @@ class ImpactRow:
     worst_minute: datetime | None  #: the minute the new rules would reject most in
     worst_minute_rejected: int
     upper_bound: bool  #: a limit counts per user, key or IP: the estimate is a ceiling
+    #: the new policy holds a calendar quota, left out of the replay: what it would
+    #: reject is not in ``rejected_new``
+    quotas_left_out: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +79,7 @@ class ImpactRow:
             else None,
             "worst_minute_rejected": self.worst_minute_rejected,
             "upper_bound": self.upper_bound,
+            "quotas_left_out": self.quotas_left_out,
         }
 
 
@@ -148,6 +154,7 @@ def impact_estimate(
     after = Resolver(new)
     buckets: dict[tuple[int, int], tuple[Bucket, ...]] = {}
     changed: dict[tuple[str, str], tuple[Bucket, ...]] = {}
+    quotas: set[tuple[str, str]] = set()  #: series whose new policy has a quota
     every = series_of(sorted(reached), since, until)
     for series in every:
         route = series.route if series.route in new.routes else None
@@ -163,6 +170,8 @@ def impact_estimate(
         if key not in buckets:
             buckets[key] = buckets_of(policy, route_cost=cost)
         changed[(series.tenant, series.route)] = buckets[key]
+        if quotas_left_out(policy):
+            quotas.add((series.tenant, series.route))
     risky = [
         s
         for s in every
@@ -189,6 +198,7 @@ def impact_estimate(
                 else datetime.fromtimestamp(worst * 60, UTC),
                 worst_minute_rejected=result.worst_rejected if result else 0,
                 upper_bound=not all(b.per_tenant for b in changed[key]),
+                quotas_left_out=key in quotas,
             )
         )
     rows.sort(key=lambda r: (-r.rejected_new, -r.seen, r.tenant, r.route))

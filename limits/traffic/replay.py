@@ -33,6 +33,11 @@ How the replay can err (also in ``docs/stats.md``):
   traffic were one client: an upper bound (the split is not recorded).
 * Requests rejected today are replayed too, as if their clients had sent them
   anyway; clients that back off after a 429 would send fewer.
+* Calendar quotas (per day or month) are left out, not replayed as buckets: a
+  quota's count runs over a whole day or month from a boundary in the tenant's
+  time zone, which a few days of recorded traffic do not hold. A series whose
+  policy has one says so (``quotas_left_out``), and its estimate is that of
+  the policy's other limits.
 """
 
 from __future__ import annotations
@@ -40,7 +45,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sluice.model import SLIDING_WINDOW, Dimension, Policy, SlidingWindow, geometry
+from sluice.model import (
+    SLIDING_WINDOW,
+    CalendarQuota,
+    Dimension,
+    Policy,
+    SlidingWindow,
+    geometry,
+)
 
 __all__ = [
     "Bucket",
@@ -49,6 +61,7 @@ __all__ = [
     "Replayed",
     "buckets_of",
     "could_reject",
+    "quotas_left_out",
     "replay",
 ]
 
@@ -68,10 +81,11 @@ class Bucket:
 
 
 def buckets_of(policy: Policy, *, route_cost: int) -> tuple[Bucket, ...]:
-    """The enforced (non-shadow) limits of ``policy`` as buckets; shadow limits never reject."""
+    """The enforced (non-shadow) limits of ``policy`` as buckets; shadow limits never
+    reject, and calendar quotas are left out (:func:`quotas_left_out`)."""
     buckets = []
     for limit in policy.limits:
-        if limit.shadow:
+        if limit.shadow or isinstance(limit, CalendarQuota):
             continue
         cost = limit.cost or route_cost
         if isinstance(limit, SlidingWindow):
@@ -84,6 +98,13 @@ def buckets_of(policy: Policy, *, route_cost: int) -> tuple[Bucket, ...]:
             increment, capacity = shape.increment, shape.capacity
         buckets.append(Bucket(increment, capacity, limit.dimension == Dimension.TENANT))
     return tuple(buckets)
+
+
+def quotas_left_out(policy: Policy) -> bool:
+    """Whether ``policy`` enforces a calendar quota, which the replay leaves out."""
+    return any(
+        isinstance(limit, CalendarQuota) and not limit.shadow for limit in policy.limits
+    )
 
 
 @dataclass(frozen=True, slots=True)
