@@ -9,7 +9,7 @@ from django.utils import timezone
 from limits.changes.publishing import change_request_publish
 from limits.choices import AuditAction, ScopeKind
 from limits.core.audit import Actor, audit_record
-from limits.models import AuditEntry, ChangeRequest, Policy, Tier
+from limits.models import AuditEntry, ChangeRequest, Policy, Tenant, Tier
 from limits.publishing.services import snapshot_publish
 from limits.rules import services as rules
 from tests.factories import (
@@ -357,3 +357,62 @@ def test_route_add__method_not_an_http_method__form_error_nothing_saved(
     assert response.status_code == 200
     assert "Not an HTTP method" in response.content.decode()
     assert not ChangeRequest.objects.exists()
+
+
+def _tenant_form(tier, **fields):
+    return {
+        "slug": "hooli",
+        "name": "Hooli",
+        "tier": tier.pk,
+        "contact_emails": "",
+        "time_zone": "UTC",
+        "billing_day": "1",
+        **fields,
+    }
+
+
+def test_tenant_add__unknown_time_zone_or_billing_day__form_errors_nothing_saved(
+    client, product_user
+):
+    # Given a product person on the add-tenant form
+    tier = TierFactory(slug="pro")
+    client.force_login(product_user)
+    # When they send a zone zoneinfo does not know and a 32nd day
+    form = _tenant_form(tier, time_zone="Mars/Olympus_Mons", billing_day="32")
+    response = client.post(_url("tenant", action="add"), form)
+    # Then the form says both, by field, and nothing is saved or proposed
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "is not a known time zone" in page
+    assert "Must be at most 31." in page
+    assert not Tenant.objects.filter(slug="hooli").exists()
+    assert not ChangeRequest.objects.exists()
+
+
+def test_tenant_change__time_zone_and_billing_day__proposed_then_published_with_them(
+    client, product_user
+):
+    # Given a published tenant
+    tier = TierFactory(slug="pro")
+    tenant = TenantFactory(slug="hooli", name="Hooli", tier=tier)
+    snapshot_publish(actor=Actor.system(), message="v1")
+    client.force_login(product_user)
+    # When its time zone and billing day are changed on its admin page
+    form = _tenant_form(tier, time_zone="America/New_York", billing_day="17")
+    response = client.post(_url("tenant", tenant), form)
+    # Then the edit proposes the calendar, and publishing it writes the row
+    assert response.status_code == 302, response.content.decode()[:2000]
+    request = ChangeRequest.objects.get(author=product_user, state="draft")
+    (edit,) = request.edits.all()
+    assert (edit.after["time_zone"], edit.after["billing_day"]) == (
+        "America/New_York",
+        17,
+    )
+    change_request_publish(change_request=request, actor=Actor.system())
+    tenant.refresh_from_db()
+    assert (tenant.time_zone, tenant.billing_day) == ("America/New_York", 17)
+    entry = AuditEntry.objects.filter(object_type="tenant").latest("pk")
+    assert (entry.before["time_zone"], entry.after["time_zone"]) == (
+        "UTC",
+        "America/New_York",
+    )

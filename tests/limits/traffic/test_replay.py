@@ -7,8 +7,15 @@ import random
 
 import pytest
 
-from limits.traffic.replay import Bucket, Minute, buckets_of, could_reject, replay
-from sluice import Dimension, Policy
+from limits.traffic.replay import (
+    Bucket,
+    Minute,
+    buckets_of,
+    could_reject,
+    quotas_left_out,
+    replay,
+)
+from sluice import Dimension, Limit, Policy
 from tests.client.factories import limit
 
 SECOND = 1_000_000
@@ -202,3 +209,17 @@ def test_buckets_of__sliding_window__replayed_as_limit_per_window_limit_deep():
     # rejected, while one of 51 may be
     assert not could_reject([only], [1, 25, 25, 25])
     assert could_reject([only], [1, 51, 51, 51])
+
+
+def test_buckets_of__calendar_quota__left_out_and_said():
+    from sluice.model import CalendarQuota
+
+    # Given 20/s burst 40 and 10,000 a month per tenant
+    bucket = Limit(Dimension.TENANT, 20, 1, 40)
+    quota = CalendarQuota(Dimension.TENANT, 10000, "month", cycle="billing")
+    policy = Policy("tier:pro", "search", (bucket, quota))
+    # Then only the bucket is replayed, and the policy says a quota was left out
+    (only,) = buckets_of(policy, route_cost=1)
+    assert only.capacity == 40 * SECOND // 20
+    assert quotas_left_out(policy)
+    assert not quotas_left_out(Policy("tier:pro", "search", (bucket,)))
