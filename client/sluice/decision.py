@@ -113,6 +113,10 @@ class Decision(NamedTuple):
     unknown_tenant: bool = False
     #: the snapshot's documentation link (``Rules.documentation``), for the 429
     documentation: str = ""
+    #: the cost the request declared when the route's rules did not take it as is
+    #: (above its ``max_cost``, or a route that takes none): the request was
+    #: decided at ``max_cost`` or the route's cost. None: taken, or none declared
+    declared_cost: int | None = None
 
     @property
     def violated(self) -> tuple[LimitStatus, ...]:

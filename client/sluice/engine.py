@@ -9,6 +9,7 @@ script arguments, so a request pays for look-ups and string formatting only.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from typing import NamedTuple
@@ -19,7 +20,7 @@ from .keys import owner_tag, subject_value
 from .plans import LimitPlan, PolicyPlan, SlotPlan, calendared, compile_policy
 from .rehearsal import Rehearsal, RehearsalPlan, Rehearsed, rehearsal_plan
 from .resolver import Resolver
-from .rules import FailureMode, Policy
+from .rules import CostRefusal, FailureMode, Policy, Route, request_cost
 from .snapshot import Snapshot
 
 __all__ = [
@@ -37,6 +38,10 @@ _random = random.random
 _CACHE_SIZE = 100_000  #: (tenant, route) resolutions kept per snapshot
 _ROUTES_SIZE = 10_000  #: (method, path) route matches kept per snapshot
 _PREPARED_SIZE = 10_000  #: requests kept prepared per snapshot
+_PLANS_SIZE = 10_000  #: compiled (policy, cost, share) kept per snapshot
+
+logger = logging.getLogger("sluice.limiter")
+_refused: set[CostRefusal] = set()  #: refusals already logged at WARNING
 
 
 class Prepared(NamedTuple):
@@ -54,12 +59,21 @@ class Prepared(NamedTuple):
     #: the scheduled version's buckets to run beside (:mod:`.rehearsal`), if any
     rehearsal: Rehearsal | None = None
     unknown_tenant: bool = False  #: a tenant was named that the snapshot lacks
+    #: the cost the request declared, when the route's rules did not take it as is
+    #: (:func:`.rules.request_cost`); None when taken or none was declared
+    declared_cost: int | None = None
 
 
 # plan, route slug, mode, cost, the rehearsal (at the scheduled route cost), the
-# rehearsed policy
+# rehearsed policy, the route (what bounds a declared cost)
 _Entry = tuple[
-    PolicyPlan, str | None, FailureMode, int, RehearsalPlan | None, Policy | None
+    PolicyPlan,
+    str | None,
+    FailureMode,
+    int,
+    RehearsalPlan | None,
+    Policy | None,
+    Route | None,
 ]
 
 
@@ -91,7 +105,10 @@ class Engine:
         self.rehearsed = (
             Engine(rehearse, unmatched=unmatched) if rehearse is not None else None
         )
-        self._rehearsals: dict[tuple[int, int], RehearsalPlan | None] = {}
+        #: (id(plan), id(rehearsed plan)) -> both plans and their rehearsal
+        self._rehearsals: dict[
+            tuple[int, int], tuple[PolicyPlan, PolicyPlan, RehearsalPlan | None]
+        ] = {}
 
     def plan(
         self,
@@ -104,7 +121,9 @@ class Engine:
     ) -> PolicyPlan:
         """Return the compiled ``policy`` for ``cost`` (cached for the snapshot's life,
         or, when it holds calendar quotas, per ``calendar`` until the period it was
-        compiled in ends; ``now``: epoch seconds, the caller's clock)."""
+        compiled in ends; ``now``: epoch seconds, the caller's clock). The cache
+        holds up to :data:`_PLANS_SIZE` plans: declared costs and calendars must
+        not grow it forever."""
         # the calendar matters to policies with quotas only: one plan for the others
         calendar = (calendar or Calendar()) if calendared(policy) else None
         cache_key = (id(policy), cost, share, calendar)
@@ -112,6 +131,9 @@ class Engine:
         if now is None:
             now = time.time()
         if plan is None or plan.valid_until <= now:
+            if len(self._plans) >= _PLANS_SIZE:
+                self._plans.clear()
+                self._rehearsals.clear()
             zone_rule = UTC_RULE
             if calendar is not None:
                 zone_rule = self.snapshot.rules.zones.get(calendar.zone, UTC_RULE)
@@ -176,12 +198,15 @@ class Engine:
     ) -> Prepared:
         if route is None and path is not None:
             route = self._route_of(method, path)
-        plan, slug, mode, route_cost, rehearsal, scheduled = self._resolved(
+        plan, slug, mode, route_cost, rehearsal, scheduled, found = self._resolved(
             tenant, route, now
         )
-        if cost is None or cost == route_cost:
-            cost = route_cost
+        declared, (cost, refusal) = cost, request_cost(found, cost)
+        if refusal is not None:
+            _log_refusal(refusal, slug, declared)
         else:
+            declared = None
+        if cost != route_cost:
             plan = self.plan(plan.policy, cost, calendar=plan.calendar, now=now)
             rehearsal = self._rehearsal_of(plan, scheduled, cost, tenant, now)
         owner = owner_tag(tenant, ip, plan.counts_tenant)
@@ -198,12 +223,16 @@ class Engine:
             )
         unknown = bool(tenant) and tenant not in self.snapshot.rules.tenants
         if not plan.slots:
-            return Prepared(plan, keys, slug, mode, cost, (), rehearsing, unknown)
+            return Prepared(
+                plan, keys, slug, mode, cost, (), rehearsing, unknown, declared
+            )
         slots = tuple(
             s.template % (owner, subject_value(s.dimension, tenant, user, api_key, ip))
             for s in plan.slots
         )
-        return Prepared(plan, keys, slug, mode, cost, slots, rehearsing, unknown)
+        return Prepared(
+            plan, keys, slug, mode, cost, slots, rehearsing, unknown, declared
+        )
 
     def _route_of(self, method: str | None, path: str) -> str | None:
         """The slug of the route of ``method`` and ``path``, matched once per snapshot."""
@@ -232,12 +261,17 @@ class Engine:
         calendar = self.rehearsed.snapshot.rules.calendar(tenant)
         other = self.rehearsed.plan(scheduled, cost, calendar=calendar, now=now)
         self._valid_until = min(self._valid_until, other.valid_until)
-        pair = (id(plan), id(other))  # both plans live as long as the engines
-        if pair not in self._rehearsals:
-            self._rehearsals[pair] = rehearsal_plan(
-                plan, other, version=self.rehearsed.version
+        # the entry holds both plans, so their ids name them while it lives (plans
+        # may be dropped from the caches, see plan())
+        pair = (id(plan), id(other))
+        entry = self._rehearsals.get(pair)
+        if entry is None:
+            entry = self._rehearsals[pair] = (
+                plan,
+                other,
+                rehearsal_plan(plan, other, version=self.rehearsed.version),
             )
-        return self._rehearsals[pair]
+        return entry[2]
 
     def _resolved(self, tenant: str | None, route: str | None, now: float) -> _Entry:
         """The shared resolver's answer for (tenant, route), cached until an override expires.
@@ -269,6 +303,7 @@ class Engine:
                 resolution.cost,
                 rehearsal,
                 scheduled,
+                found,
             )
             if (
                 len(self._cache) >= _CACHE_SIZE
@@ -340,6 +375,7 @@ class Engine:
                 rehearsed=rehearsed,
                 unknown_tenant=prepared.unknown_tenant,
                 documentation=self.snapshot.rules.documentation,
+                declared_cost=prepared.declared_cost,
             )
         return Decision(
             admitted,
@@ -359,7 +395,16 @@ class Engine:
             rehearsed=rehearsed,
             unknown_tenant=prepared.unknown_tenant,
             documentation=self.snapshot.rules.documentation,
+            declared_cost=prepared.declared_cost,
         )
+
+
+def _log_refusal(refusal: CostRefusal, route: str | None, declared: int | None) -> None:
+    """Log a declared cost the rules did not take: WARNING the first time per reason,
+    then DEBUG, so a misconfigured gateway cannot flood the log."""
+    level = logging.DEBUG if refusal in _refused else logging.WARNING
+    _refused.add(refusal)
+    logger.log(level, "limiter.bad_input: %s: %s on route %s", refusal, declared, route)
 
 
 def _randomized(prepared: Prepared) -> bool:

@@ -62,6 +62,7 @@ _SNAPSHOT_KEYS = {
 _RULES_KEYS = {"tiers", "tenants", "routes", "policies"}
 _RULES_OPTIONAL = {"documentation", "calendars", "zones"}
 _ROUTE_KEYS = {"methods", "path", "cost", "failure_mode"}
+_ROUTE_OPTIONAL = {"max_cost"}
 _POLICY_KEYS = {"scope", "route", "expires_at", "limits"}
 _POLICY_OPTIONAL = {"concurrency"}
 _LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
@@ -191,7 +192,7 @@ def _zones(data: Any, path: str) -> dict[str, str]:
 
 def parse_route(slug: str, data: Any, path: str = "route") -> Route:
     """One route (``Route.to_json``); SnapshotError names the bad member."""
-    obj = _object(data, path, _ROUTE_KEYS)
+    obj = _object(data, path, _ROUTE_KEYS, _ROUTE_OPTIONAL)
     methods = tuple(
         _string(m, f"{path}.methods") for m in _list(obj["methods"], f"{path}.methods")
     )
@@ -204,6 +205,11 @@ def parse_route(slug: str, data: Any, path: str = "route") -> Route:
         path=_string(obj["path"], f"{path}.path"),
         cost=_integer(obj["cost"], f"{path}.cost", minimum=1),
         failure_mode=_enum(FailureMode, obj["failure_mode"], f"{path}.failure_mode"),
+        max_cost=(
+            _integer(obj["max_cost"], f"{path}.max_cost", minimum=1)
+            if "max_cost" in obj
+            else None
+        ),
     )
     try:
         RouteTable([route])

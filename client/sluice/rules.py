@@ -36,6 +36,7 @@ __all__ = [
     "Calendar",
     "CalendarQuota",
     "ConcurrencyLimit",
+    "CostRefusal",
     "Dimension",
     "FailureMode",
     "Limit",
@@ -48,6 +49,7 @@ __all__ = [
     "describe_limit",
     "fallback_rules",
     "format_time",
+    "request_cost",
     "scope_key",
     "whole_seconds",
 ]
@@ -65,6 +67,13 @@ class FailureMode(StrEnum):
     CLOSED = "closed"  #: reject with 503: the limiter is at fault, not the client
     LOCAL = "local"  #: enforce a conservative in-process bucket (a share of the limit)
     OPEN_UNBOUNDED = "open-unbounded"  #: admit everything, unchecked, while Redis fails
+
+
+class CostRefusal(StrEnum):
+    """Why a request's declared cost was not taken as it was (:meth:`Route.request_cost`)."""
+
+    ABOVE_MAX = "cost_above_max"  #: above the route's ``max_cost``: decided at it
+    NOT_TAKEN = "cost_not_taken"  #: the route takes no declared cost: its own cost
 
 
 class ScopeKind(StrEnum):
@@ -160,14 +169,25 @@ class Route:
     path: str  #: pattern such as ``/v1/orders/{id}``
     cost: int = 1  #: tokens a request takes unless a limit overrides it
     failure_mode: FailureMode = FailureMode.OPEN
+    #: the largest cost a request may declare (a gateway's header, Envoy's
+    #: ``hits_addend``); None: a request cannot change the route's cost
+    max_cost: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "methods": sorted(self.methods),
             "path": self.path,
             "cost": self.cost,
             "failure_mode": self.failure_mode.value,
         }
+        if self.max_cost is not None:  # optional member: absent keeps older bytes
+            data["max_cost"] = self.max_cost
+        return data
+
+    @property
+    def largest_cost(self) -> int:
+        """The most a request of this route can cost: what its limits must hold."""
+        return max(self.cost, self.max_cost or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +250,29 @@ class Rules:
 
 
 _DEFAULT_CALENDAR = Calendar()
+
+
+def request_cost(
+    route: Route | None, declared: int | None
+) -> tuple[int, CostRefusal | None]:
+    """The cost a request of ``route`` (None: no route matched) declaring ``declared``
+    (None: nothing) is decided at, and why a declared cost was not taken, if it was not.
+
+    The one place a declared cost meets the rules, so the client, the decision
+    service and the nginx module's twin (``nginx/rules.lua``) agree. Within
+    1..``max_cost`` it is taken; above ``max_cost`` the request is decided at
+    ``max_cost``; on a route without ``max_cost`` (or no route) at the route's
+    cost (1 without a route). Never an error to the client: a gateway declared
+    it, and the refusal says why, for the log and the decision.
+    """
+    cost = route.cost if route else 1
+    if declared is None or declared == cost:
+        return cost, None
+    if route is None or route.max_cost is None:
+        return cost, CostRefusal.NOT_TAKEN
+    if declared > route.max_cost:
+        return route.max_cost, CostRefusal.ABOVE_MAX
+    return declared, None
 
 
 def whole_seconds(moment: datetime) -> datetime:

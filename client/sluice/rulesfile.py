@@ -59,7 +59,10 @@ _SECTIONS = {"tier": "tiers", "tenant": "tenants", "route": "routes"}
 _MEMBERS = {
     "tiers": ({"name"}, {"position", "description"}),
     "tenants": ({"name", "tier"}, {"contacts", "time_zone", "billing_day"}),
-    "routes": ({"methods", "path"}, {"cost", "failure_mode", "description"}),
+    "routes": (
+        {"methods", "path"},
+        {"cost", "failure_mode", "max_cost", "description"},
+    ),
     "policies": ({"scope", "route", "limits"}, {"expires_at", "reason"}),
 }
 
@@ -283,6 +286,8 @@ class _Reader:
             "cost": doc.get("cost", 1),
             "failure_mode": doc.get("failure_mode", "open"),
         }
+        if "max_cost" in doc:
+            fields["max_cost"] = doc["max_cost"]
         return self.parsed_as(("routes", slug), lambda p: parse_route(slug, fields, p))
 
     def policy(self, at: Path, doc: Any) -> Policy | None:

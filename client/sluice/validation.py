@@ -54,7 +54,8 @@ def validate_rules(rules: Rules) -> list[Problem]:
     ]
     problems += _route_problems(rules)
     problems += _calendar_problems(rules)
-    max_cost = max((route.cost for route in rules.routes.values()), default=1)
+    # a route's limits must hold the most a request of it may cost, declared or not
+    max_cost = max((route.largest_cost for route in rules.routes.values()), default=1)
     for policy in rules.policies:
         problems += _policy_problems(rules, policy, max_cost)
     counts = Counter(policy.key for policy in rules.policies)
@@ -120,6 +121,16 @@ def _route_problems(rules: Rules) -> list[Problem]:
             RouteTable([route])
         except PatternError as exc:
             problems.append(Problem("route", slug, "path", str(exc)))
+        if route.max_cost is not None and route.max_cost < route.cost:
+            problems.append(
+                Problem(
+                    "route",
+                    slug,
+                    "max_cost",
+                    f"must be at least the route's cost ({route.cost}): a request"
+                    " may declare a cost up to max_cost",
+                )
+            )
     if not problems:
         try:
             RouteTable(rules.routes.values())
@@ -141,12 +152,13 @@ def _policy_problems(rules: Rules, policy: Policy, max_cost: int) -> list[Proble
         return problems
     route = rules.routes.get(policy.route)
     return problems + policy_problems(
-        policy, route_cost=route.cost if route else max_cost
+        policy, route_cost=route.largest_cost if route else max_cost
     )
 
 
 def policy_problems(policy: Policy, *, route_cost: int) -> list[Problem]:
-    """Problems of one policy's limits, given the cost of its route (the largest for ``*``)."""
+    """Problems of one policy's limits, given the most a request of its route may cost
+    (``Route.largest_cost``; the largest of all routes for ``*``)."""
     ref = policy_ref(policy)
     problems = []
     if not any(not limit.shadow for limit in policy.limits):

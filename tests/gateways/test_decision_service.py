@@ -11,6 +11,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 
 import grpc
 import pytest
@@ -50,7 +51,8 @@ RULES = snapshot(
             limit("tenant", 100, 1, 100),
             concurrency=(concurrent("tenant", 1),),
         ),
-        routes=ROUTES,
+        # search requests may declare a cost (Envoy's hits_addend) up to 3
+        routes={**ROUTES, "search": replace(ROUTES["search"], max_cost=3)},
     )
 )
 
@@ -149,7 +151,7 @@ def test_rls__burst_then_over__statuses_headers_and_body(rls):
 
 
 def test_rls__hits_addend__is_the_cost(rls):
-    # Given a tenant with a burst of 3 on search
+    # Given a tenant with a burst of 3 on search, which takes declared costs up to 3
     # When Envoy asks for a request of 3 hits, then for one more
     big = ask(rls, search(tenant="acme"), hits_addend=3)
     after = ask(rls, search(tenant="acme"))

@@ -138,6 +138,7 @@ function _M.conclude(engine, prepared, plan, statuses, admitted, at)
     at = at or 0,
     unknown_tenant = prepared.unknown_tenant == true,
     documentation = engine.documentation or "",
+    declared_cost = prepared.declared_cost, -- not taken as is (rules.request_cost)
   }
 end
 

@@ -242,11 +242,25 @@ function _M.identity(given)
   }
 end
 
+local refused = {} -- refusals of a declared cost already logged at WARN (per worker)
+
+--- Log a declared cost the rules did not take: WARN the first time per reason, then
+--- DEBUG, so a misconfigured gateway cannot flood the log (as sluice/engine.py).
+local function bad_cost(prepared)
+  local reason = prepared.cost_refusal
+  ngx.log(refused[reason] and ngx.DEBUG or ngx.WARN, "sluice: limiter.bad_input: ",
+    reason, ": ", prepared.declared_cost, " on route ", prepared.route or "(none)")
+  refused[reason] = true
+end
+
 --- Decide the request in access_by_lua; answer 429 / 503 here, or let it through.
 function Gateway:access(given)
   local who = _M.identity(given or {})
   local engine, upcoming = self:engine()
   local prepared = engine:prepare(who, self:rules_time(), upcoming)
+  if prepared.cost_refusal then
+    bad_cost(prepared)
+  end
   local decision = self:decide(engine, prepared)
   if self.events then
     self.events:add(who.tenant, decision)

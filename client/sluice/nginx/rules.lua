@@ -201,6 +201,7 @@ function _M.engine(snapshot, options)
       path = raw.path,
       cost = raw.cost,
       failure_mode = raw.failure_mode,
+      max_cost = value(raw.max_cost),
     }
   end
   local index, default = {}, false
@@ -305,13 +306,31 @@ local function key_of(owner, p, who, tail)
   return key
 end
 
+--- The cost a request of `route` (nil: none matched) declaring `declared` (nil:
+--- nothing) is decided at, and why a declared cost was not taken: the twin of
+--- sluice/rules.py request_cost. Above the route's max_cost: max_cost; on a route
+--- without max_cost (or no route): the route's cost.
+function _M.request_cost(route, declared)
+  local cost = route and route.cost or 1
+  if declared == nil or declared == cost then
+    return cost, nil
+  end
+  if route == nil or route.max_cost == nil then
+    return cost, "cost_not_taken"
+  end
+  if declared > route.max_cost then
+    return route.max_cost, "cost_above_max"
+  end
+  return declared, nil
+end
+
 --- A request resolved and keyed. `who`: method, path, tenant, user, api_key, ip, cost.
 --- `upcoming`: the engine of the next scheduled version, rehearsed beside this one.
 function Engine:prepare(who, now, upcoming)
   local route = self:match(who.method, who.path)
   local policy = self:resolve(who.tenant, route, now)
   local route_cost = route and route.cost or 1
-  local cost = who.cost or route_cost
+  local cost, refusal = _M.request_cost(route, who.cost)
   local plan = self:plan(policy, cost, 1, self:calendar(who.tenant), now)
   local owner = "rl:{" .. keys.owner(who, plan.counts_tenant)
   local bucket_keys = {}
@@ -323,8 +342,8 @@ function Engine:prepare(who, now, upcoming)
     local later_route = route and upcoming.routes[route.slug] or nil
     local later = upcoming:resolve(who.tenant, later_route, now)
     local later_cost = later_route and later_route.cost or 1
-    if who.cost and who.cost ~= route_cost then
-      later_cost = who.cost
+    if cost ~= route_cost then
+      later_cost = cost
     end
     local scheduled = upcoming:plan(later, later_cost, 1, upcoming:calendar(who.tenant), now)
     local found = rehearsals.of(plan, upcoming, scheduled)
@@ -349,6 +368,9 @@ function Engine:prepare(who, now, upcoming)
     failure_mode = route and route.failure_mode or self.unmatched,
     cost = cost,
     unknown_tenant = who.tenant ~= nil and who.tenant ~= "" and self.tenants[who.tenant] == nil,
+    -- the declared cost when the rules did not take it as is, and why
+    declared_cost = refusal and who.cost or nil,
+    cost_refusal = refusal,
   }
 end
 
