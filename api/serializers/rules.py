@@ -58,6 +58,7 @@ class RouteSerializer(StrictModelSerializer):
             "methods",
             "path_pattern",
             "cost",
+            "max_cost",
             "failure_mode",
             *READ_ONLY[1:],
         )

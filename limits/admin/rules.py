@@ -146,6 +146,7 @@ class RouteAdmin(AuditedAdmin):
         "methods_text",
         "path_pattern",
         "cost",
+        "max_cost",
         "failure_mode",
         "updated_at",
     )

@@ -165,6 +165,8 @@ def _route(doc: Document) -> dict:
         "cost": doc["cost"],
         "failure_mode": doc["failure_mode"],
     }
+    if doc.get("max_cost") is not None:
+        out["max_cost"] = doc["max_cost"]
     if doc.get("description"):
         out["description"] = doc["description"]
     return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from limits.diff.impact import Affected, Reach, compare_policies
+from limits.diff.impact import Affected, Reach, compare_policies, worst
 from limits.diff.kinds import ChangeKind
 from limits.diff.limit_changes import (
     FieldChange,
@@ -40,7 +40,7 @@ __all__ = [
     "tier_change",
 ]
 
-_ROUTE_FIELDS = ("methods", "path", "cost", "failure_mode")
+_ROUTE_FIELDS = ("methods", "path", "cost", "failure_mode", "max_cost")
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,8 @@ def route_change(
         route = now or was
         kind = ChangeKind.NEW if was is None else ChangeKind.REMOVED
         shown = f"{', '.join(route.methods)} {route.path}, cost {route.cost}"
+        if route.max_cost is not None:
+            shown += f", requests may declare a cost up to {route.max_cost}"
         text = f"new route {slug}: {shown}" if was is None else f"route {slug} removed"
         fields = tuple(
             FieldChange(f, _field(was, f), _field(now, f)) for f in _ROUTE_FIELDS
@@ -201,12 +203,11 @@ def route_change(
         for f in _ROUTE_FIELDS
         if _field(was, f) != _field(now, f)
     )
-    kind = ChangeKind.CHANGED
+    kinds = [_max_cost_kind(was.max_cost, now.max_cost)]
     if now.cost != was.cost:  # a dearer request is fewer requests
-        kind = ChangeKind.LOWERED if now.cost > was.cost else ChangeKind.RAISED
-    said = "; ".join(
-        f"{f.field} {_shown(f.before)} → {_shown(f.after)}" for f in fields
-    )
+        kinds.append(ChangeKind.LOWERED if now.cost > was.cost else ChangeKind.RAISED)
+    said = "; ".join(_said(f) for f in fields)
+    kind = worst(kinds)
     return Change(
         "route", slug, kind, f"route {slug}: {said}", reach.everyone(), fields
     )
@@ -297,6 +298,28 @@ def _whole_policy(kind, policy, before, after, text, reach, new) -> Change:
         limits=limits,
         direction=direction,
     )
+
+
+def _max_cost_kind(was: int | None, now: int | None) -> ChangeKind:
+    """Which way a route's ``max_cost`` moves a client: a higher bound lets a request
+    be charged more (fewer requests), so it is a lowering; dropping the bound makes
+    requests that declared less than the route's cost pay it, a lowering too."""
+    if was == now:
+        return ChangeKind.CHANGED
+    if was is not None and now is not None and now < was:
+        return ChangeKind.RAISED
+    return ChangeKind.LOWERED
+
+
+def _said(change: FieldChange) -> str:
+    """One moved member of a route, in words."""
+    if change.field != "max_cost":
+        return f"{change.field} {_shown(change.before)} → {_shown(change.after)}"
+    if change.after is None:
+        return "requests may no longer declare a cost (the route's cost applies)"
+    if change.before is None:
+        return f"requests may now declare a cost up to {change.after}"
+    return f"requests may now declare a cost up to {change.after} (was {change.before})"
 
 
 def _route_cost(rules: Rules, policy: Policy) -> int:

@@ -15,7 +15,7 @@ from django.core.validators import (
     RegexValidator,
 )
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from limits.choices import FailureMode, HttpMethod, ScopeKind
@@ -187,6 +187,14 @@ class Route(RuleModel):
         default=FailureMode.OPEN,
         help_text="What gateways do when the limiter's Redis is unavailable.",
     )
+    max_cost = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[positive],
+        help_text="The largest cost a request may declare (a header the gateway "
+        "sets, Envoy's hits_addend); above it a request counts as this much. "
+        "Empty: requests cannot change the route's cost.",
+    )
 
     class Meta:
         ordering = ["slug"]
@@ -197,6 +205,11 @@ class Route(RuleModel):
                 violation_error_message="Cost must be at least 1.",
             ),
             models.CheckConstraint(
+                condition=Q(max_cost__isnull=True) | Q(max_cost__gte=F("cost")),
+                name="%(app_label)s_%(class)s_max_cost_at_least_cost",
+                violation_error_message="Max cost must be at least the route's cost.",
+            ),
+            models.CheckConstraint(
                 condition=~Q(methods=[]),
                 name="%(app_label)s_%(class)s_methods_not_empty",
                 violation_error_message="A route needs at least one HTTP method.",
@@ -205,6 +218,16 @@ class Route(RuleModel):
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        # The constraint above would say it without naming the field.
+        if self.max_cost is not None and self.cost and self.max_cost < self.cost:
+            raise ValidationError(
+                {
+                    "max_cost": f"Max cost {self.max_cost} is below the route's cost "
+                    f"{self.cost}: a request may declare a cost up to max cost."
+                }
+            )
 
     def clean_fields(self, exclude=None) -> None:
         # Accept "get" as well as "GET": normalize before the choices are checked.

@@ -144,6 +144,7 @@ def route_to_snapshot(route: models.Route) -> sluice_model.Route:
         path=route.path_pattern,
         cost=route.cost,
         failure_mode=sluice_model.FailureMode(route.failure_mode),
+        max_cost=route.max_cost,
     )
 
 

@@ -309,6 +309,7 @@ def document_normalize(subject: str, doc: Mapping[str, Any]) -> Document:
             "path": doc["path"],
             "cost": doc.get("cost", 1),
             "failure_mode": doc.get("failure_mode", "open"),
+            **_max_cost(doc.get("max_cost")),
         }
     return policy_document(policy_value(doc), reason=doc.get("reason", ""))
 
@@ -342,6 +343,7 @@ def row_document(row: Any, limits: Iterable[models.Limit] | None = None) -> Docu
             "path": row.path_pattern,
             "cost": row.cost,
             "failure_mode": row.failure_mode,
+            **_max_cost(row.max_cost),
         }
     rows = row.limits.all() if limits is None else limits
     value = sluice_model.Policy(
@@ -553,7 +555,14 @@ def _route_members(route: sluice_model.Route) -> Document:
         "path": route.path,
         "cost": route.cost,
         "failure_mode": route.failure_mode.value,
+        **_max_cost(route.max_cost),
     }
+
+
+def _max_cost(value: int | None) -> Document:
+    """A route's ``max_cost`` member: written only when set, so documents (and files)
+    of routes that take no declared cost keep their shape."""
+    return {} if value is None else {"max_cost": value}
 
 
 # -- what gateways see ---------------------------------------------------------------
@@ -613,6 +622,7 @@ def _route_value(slug: str, doc: Mapping[str, Any]) -> sluice_model.Route:
         path=doc["path"],
         cost=doc.get("cost", 1),
         failure_mode=sluice_model.FailureMode(doc.get("failure_mode", "open")),
+        max_cost=doc.get("max_cost"),
     )
 
 

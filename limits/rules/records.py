@@ -149,6 +149,7 @@ def _row(row, doc: dict):
         row.description = doc.get("description", "")
         row.methods, row.path_pattern = sorted(doc["methods"]), doc["path"]
         row.cost, row.failure_mode = doc["cost"], doc["failure_mode"]
+        row.max_cost = doc.get("max_cost")
     return row
 
 
@@ -202,6 +203,7 @@ def _save(edit: Edit, actor: Actor, reason: str) -> None:
         row.description = doc.get("description", "")
         row.methods, row.path_pattern = sorted(doc["methods"]), doc["path"]
         row.cost, row.failure_mode = doc["cost"], doc["failure_mode"]
+        row.max_cost = doc.get("max_cost")
     else:
         row.reason = doc.get("reason", "")
         expires = doc.get("expires_at")

@@ -75,6 +75,7 @@ def _restore_routes(rules, actor, reason) -> dict[str, models.Route]:
             row.methods = list(route.methods)
             row.path_pattern = route.path
             row.cost = route.cost
+            row.max_cost = route.max_cost
             row.failure_mode = route.failure_mode.value
             _save(row, before, actor, reason)
             rows[slug] = row

@@ -179,6 +179,15 @@ RULES_SCHEMA: dict[str, Any] = {
                     "enum": ["open", "closed", "local"],
                     "default": "open",
                 },
+                "max_cost": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_INTEGER,
+                    "description": "The largest cost a request may declare (a "
+                    "header the gateway sets, Envoy's hits_addend); above it a "
+                    "request counts as this much. Absent: requests cannot change "
+                    "the route's cost.",
+                },
                 "description": {"type": "string", "maxLength": 200, "default": ""},
             },
         ),

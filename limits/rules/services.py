@@ -92,20 +92,27 @@ def _check_route_unclaimed(route: Route) -> None:
 
 
 def _check_route_cost(route: Route) -> None:
-    """Refuse a route cost that some policy's bucket is too shallow to ever admit."""
+    """Refuse a route cost (or max cost) that some policy's limit is too small to ever
+    admit: a bucket's burst or a sliding window's limit below what a request may cost."""
+    largest = route_to_snapshot(route).largest_cost
     for_route = Q(policy__route_id=route.pk) if route.pk else Q(pk__in=[])
-    too_shallow = Limit.objects.filter(
+    too_small = Limit.objects.filter(
+        Q(kind=LimitKind.RATE, burst__lt=largest)
+        | Q(kind=LimitKind.SLIDING_WINDOW, rate__lt=largest),
         for_route | Q(policy__route__isnull=True),
         cost__isnull=True,
-        burst__lt=route.cost,
     ).select_related("policy__tier", "policy__tenant", "policy__route")
-    if too_shallow:
+    if too_small:
         names = "; ".join(
-            f"{limit.policy} ({limit.describe()})" for limit in too_shallow[:5]
+            f"{limit.policy} ({limit.describe()})" for limit in too_small[:5]
+        )
+        field, what = (
+            ("max_cost", "Max cost") if largest > route.cost else ("cost", "Cost")
         )
         raise ValidationError(
             {
-                "cost": f"Cost {route.cost} is above the burst of: {names}. Raise those bursts first."
+                field: f"{what} {largest} is above the burst or limit of: {names}. "
+                "Raise those first."
             }
         )
 
@@ -149,7 +156,11 @@ def policy_validate(*, policy: Policy, limits: Sequence[Limit], actor: Actor) ->
                     f"limit {number}, {field}: {message}" for message in messages
                 )
     if not errors:
-        route_cost = policy.route.cost if policy.route_id else _largest_route_cost()
+        route_cost = (
+            route_to_snapshot(policy.route).largest_cost
+            if policy.route_id
+            else _largest_route_cost()
+        )
         compiled = policy_to_snapshot(policy, limits)
         rows = _row_numbers(limits)
         for problem in policy_problems(compiled, route_cost=route_cost):
@@ -187,7 +198,9 @@ def _limit_message(field: str, message: str, rows: dict[str, list[int]]) -> str:
 
 
 def _largest_route_cost() -> int:
-    return Route.objects.aggregate(largest=Max("cost"))["largest"] or 1
+    """The most a request of any route may cost (``Route.largest_cost`` of the largest)."""
+    largest = Route.objects.aggregate(cost=Max("cost"), max_cost=Max("max_cost"))
+    return max(largest["cost"] or 1, largest["max_cost"] or 0)
 
 
 @transaction.atomic
