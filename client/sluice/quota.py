@@ -9,10 +9,10 @@ bytes (and hashes) of snapshots that do not use them are unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "DEFAULT_LEASE_MS",
@@ -293,30 +293,10 @@ def _public_members(limit: RateLimit | ConcurrencyLimit, data: dict[str, Any]) -
 
 
 def describe_limit(limit: RateLimit | ConcurrencyLimit) -> str:
-    """Say a limit the way people do: ``per user: 100 / s, burst 200``."""
+    """Say a limit the way people do: ``per user: 100 / s, burst 200``, each kind in
+    its own words (:data:`_WORDS`): ``per user: 100 requests per minute, sliding window``."""
     subject = f"per {limit.dimension.value.replace('_', ' ')}"
-    if isinstance(limit, ConcurrencyLimit):
-        text = f"{subject}: at most {limit.max_inflight:,} in flight"
-        text += f" (released after {limit.timeout:,} s at most)"
-        return text + (" (shadow)" if limit.shadow else "")
-    if isinstance(limit, CalendarQuota):
-        text = f"{subject}: {limit.limit:,} / {limit.per} ({_quota_words(limit)})"
-        if limit.cost is not None:
-            text += f", cost {limit.cost}"
-        return text + (" (shadow)" if limit.shadow else "")
-    if isinstance(limit, SlidingWindow):
-        text = f"{subject}: {limit.limit:,} / {PERIODS[limit.window]} (sliding window)"
-        if limit.cost is not None:
-            text += f", cost {limit.cost}"
-        return text + (" (shadow)" if limit.shadow else "")
-    text = f"{subject}: {limit.rate:,} / {PERIODS[limit.period]}"
-    text += f", burst {limit.burst:,}"
-    if limit.cost is not None:
-        text += f", cost {limit.cost}"
-    if limit.shards > 1:
-        text += f", {limit.shards} shards"
-    if limit.lease:
-        text += f", leases of {limit.lease:,} for {limit.lease_ms:,} ms"
+    text = f"{subject}: {_WORDS[type(limit)].terse(limit)}"
     return text + (" (shadow)" if limit.shadow else "")
 
 
@@ -351,22 +331,78 @@ def limit_in_words(limit: RateLimit | ConcurrencyLimit) -> str:
     The default public description of a limit: the 429's ``detail``, the tenant
     page and the changelog say a limit this way unless it was given its own.
     """
-    subject = _SUBJECT_WORDS[limit.dimension]
-    if isinstance(limit, ConcurrencyLimit):
-        return f"at most {_requests(limit.max_inflight)} in flight {subject}"
-    if isinstance(limit, CalendarQuota):
-        period = "billing month" if limit.cycle == "billing" else limit.per
-        text = f"{_requests(limit.limit)} per {period} {subject}"
-    elif isinstance(
-        limit, SlidingWindow
-    ):  # no burst: any window holds at most the limit
-        text = f"{_requests(limit.limit)} in any {PERIOD_WORDS[limit.window]} {subject}"
-    else:
-        text = f"{_requests(limit.rate)} per {PERIOD_WORDS[limit.period]} {subject}"
-        text += f", bursts of {limit.burst:,}"
-    if limit.cost is not None and limit.cost != 1:
-        text += f"; each request counts as {limit.cost:,}"
+    text = _WORDS[type(limit)].public(limit, _SUBJECT_WORDS[limit.dimension])
+    cost = getattr(limit, "cost", None)
+    if cost is not None and cost != 1:
+        text += f"; each request counts as {cost:,}"
     return text
+
+
+def _cost(limit: Limit | SlidingWindow | CalendarQuota) -> str:
+    return "" if limit.cost is None else f", cost {limit.cost}"
+
+
+def _bucket_terse(limit: Limit) -> str:
+    text = f"{limit.rate:,} / {PERIODS[limit.period]}, burst {limit.burst:,}"
+    text += _cost(limit)
+    if limit.shards > 1:
+        text += f", {limit.shards} shards"
+    if limit.lease:
+        text += f", leases of {limit.lease:,} for {limit.lease_ms:,} ms"
+    return text
+
+
+def _bucket_public(limit: Limit, subject: str) -> str:
+    text = f"{_requests(limit.rate)} per {PERIOD_WORDS[limit.period]} {subject}"
+    return text + f", bursts of {limit.burst:,}"
+
+
+def _window_terse(limit: SlidingWindow) -> str:
+    text = f"{_requests(limit.limit)} per {PERIOD_WORDS[limit.window]}, sliding window"
+    return text + _cost(limit)
+
+
+def _window_public(limit: SlidingWindow, subject: str) -> str:
+    # No burst: any window holds at most the limit.
+    return f"{_requests(limit.limit)} in any {PERIOD_WORDS[limit.window]} {subject}"
+
+
+def _quota_terse(limit: CalendarQuota) -> str:
+    text = f"{_quota_words(limit)} of {_requests(limit.limit)}"
+    return text + _cost(limit)
+
+
+def _quota_public(limit: CalendarQuota, subject: str) -> str:
+    period = "billing month" if limit.cycle == "billing" else limit.per
+    return f"{_requests(limit.limit)} per {period} {subject}"
+
+
+def _cap_terse(limit: ConcurrencyLimit) -> str:
+    text = f"at most {limit.max_inflight:,} in flight"
+    return text + f" (released after {limit.timeout:,} s at most)"
+
+
+def _cap_public(limit: ConcurrencyLimit, subject: str) -> str:
+    return f"at most {_requests(limit.max_inflight)} in flight {subject}"
+
+
+class _Words(NamedTuple):
+    """How one kind of limit is said."""
+
+    #: to people who set limits, after its subject: ``100 / s, burst 200``
+    terse: Callable[[Any], str]
+    #: to customers, given its subject: ``100 requests per second per user, ...``
+    public: Callable[[Any, str], str]
+
+
+#: Each kind's words, by value type: the one place that says a kind of limit
+#: (the admin, the diff, the changelog, announcements and the 429 ask here).
+_WORDS: Mapping[type, _Words] = {
+    Limit: _Words(_bucket_terse, _bucket_public),
+    SlidingWindow: _Words(_window_terse, _window_public),
+    CalendarQuota: _Words(_quota_terse, _quota_public),
+    ConcurrencyLimit: _Words(_cap_terse, _cap_public),
+}
 
 
 def public_name(limit: RateLimit | ConcurrencyLimit) -> str:

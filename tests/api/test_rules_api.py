@@ -446,7 +446,10 @@ def test_create__policy_with_a_sliding_window__201_and_read_back(
     (limit,) = read["limits"]
     assert {name: limit[name] for name in window} == window
     assert limit["burst"] is None
-    assert limit["description"] == "per user: 100 / min (sliding window), cost 2"
+    assert (
+        limit["description"]
+        == "per user: 100 requests per minute, sliding window, cost 2"
+    )
 
 
 @pytest.mark.parametrize(

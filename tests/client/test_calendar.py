@@ -347,7 +347,7 @@ def test_quota__in_words():
         "50 requests per day per user; each request counts as 2"
     )
     assert describe_limit(quota(cycle="billing")) == (
-        "per tenant: 10,000 / month (monthly quota (billing cycle))"
+        "per tenant: monthly quota (billing cycle) of 10,000 requests"
     )
 
 

@@ -272,7 +272,10 @@ def test_sliding__in_words__no_burst_any_window():
     assert limit_in_words(window) == (
         "3 requests in any minute per user; each request counts as 2"
     )
-    assert describe_limit(window) == "per user: 3 / min (sliding window), cost 2"
+    assert (
+        describe_limit(window)
+        == "per user: 3 requests per minute, sliding window, cost 2"
+    )
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,7 @@ def test_publish__sliding_window__snapshot_format_and_the_client_decides_with_it
         }
     ]
     assert str(Limit.objects.get(policy=policy)) == (
-        "per tenant: 6 / h (sliding window)"
+        "per tenant: 6 requests per hour, sliding window"
     )
     # And a gateway with that snapshot admits three requests of cost 2, not a fourth
     limiter = Limiter(redis_client, ClientSnapshot.from_bytes(bytes(version.content)))
