@@ -26,6 +26,7 @@ from limits.versions.selectors import snapshot_active_version
 
 from .announcements import TenantLinkAdminMixin
 from .base import AuditedAdmin
+from .limit_form import LimitForm, limit_fieldsets
 from .proposing import ProposingAdmin, key_of, proposal_of
 
 
@@ -201,41 +202,13 @@ class LimitFormSet(BaseInlineFormSet):
 
 
 class LimitInline(admin.StackedInline):
-    """The limits of a policy: what product people set on one line, the expert
-    settings (hot keys, a concurrency slot's timeout) folded away."""
+    """The limits of a policy: each limit shows the settings of its kind, in the
+    kind's words, the expert ones folded away (``limit_form.KINDS``)."""
 
     model = Limit
+    form = LimitForm
     formset = LimitFormSet
-    fieldsets = (
-        (
-            None,
-            {
-                "fields": (
-                    ("kind", "dimension", "rate", "period", "burst"),
-                    ("quota_per", "quota_cycle"),
-                    ("cost", "max_inflight", "shadow", "reads_as"),
-                )
-            },
-        ),
-        (
-            "What customers read in a 429",
-            {
-                "fields": (("public_name", "public_description"),),
-                "classes": ("collapse",),
-                "description": "Leave empty to derive them from the numbers: "
-                '"Rate limit per user", "2 requests per second per user, bursts of 5".',
-            },
-        ),
-        (
-            "Expert settings: hot keys and slot timeout",
-            {
-                "fields": (("shards", "lease", "lease_ms", "timeout"),),
-                "classes": ("collapse",),
-                "description": "Shards or leases for a key too hot for one Redis key; "
-                "how long a concurrency slot a crashed gateway never released counts.",
-            },
-        ),
-    )
+    fieldsets = limit_fieldsets()
     readonly_fields = ("reads_as",)
     extra = 0
     min_num = 1
@@ -243,6 +216,10 @@ class LimitInline(admin.StackedInline):
     @admin.display(description="reads as")
     def reads_as(self, limit):
         return limit.describe() if limit.pk else "—"
+
+    class Media:
+        js = ("limits/limit_kinds.js",)
+        css = {"all": ("limits/limit_kinds.css",)}
 
 
 class PolicyKindFilter(admin.SimpleListFilter):
