@@ -49,7 +49,10 @@ KINDS: Mapping[str, KindForm] = {
     LimitKind.RATE: KindForm(
         ("rate", "period", "burst"),
         ("cost", "shadow", "shards", "lease", "lease_ms"),
-        {"period": ("per", "The period the rate is counted over.")},
+        {
+            "rate": ("rate", "Requests (tokens) per period."),
+            "period": ("per", "The period the rate is counted over."),
+        },
     ),
     LimitKind.SLIDING_WINDOW: KindForm(
         ("rate", "period"),
