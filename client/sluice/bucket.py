@@ -21,6 +21,7 @@ from redis.retry import Retry
 
 from .cluster import cluster_client, no_clusterdown_sleep, parse_seeds
 from .kinds.gcra import Geometry, geometry
+from .kinds.sliding import Sliding, sliding_count
 from .pipelining import AutoPipeline
 from .scripts import AsyncScript, Client, Script
 
@@ -37,6 +38,7 @@ __all__ = [
     "geometry",
     "patient",
     "peek",
+    "peek_windows",
 ]
 
 SCRIPT = (
@@ -74,6 +76,31 @@ def peek(client: redis.Redis, keys: Sequence[str]) -> tuple[list[int], int]:
     (seconds, micros), *tats = pipe.execute()
     now = int(seconds) * _MICROS + int(micros)
     return [max(0, int(tat) - now) if tat else 0 for tat in tats], now
+
+
+def peek_windows(
+    client: redis.Redis, keys: Sequence[str], shapes: Sequence[Sliding]
+) -> list[float]:
+    """Read sliding windows without charging them: each one's count now (requests'
+    worth, :func:`~.kinds.sliding.sliding_count`, what the script compares with the
+    limit), at Redis's time. One round trip, for people looking, like :func:`peek`.
+
+    A key is a hash of the counts of its windows by number (``now // window``,
+    ``lua/token_bucket.lua``); an absent key or window counts nothing.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    for key in keys:
+        pipe.hgetall(key)
+    (seconds, micros), *hashes = pipe.execute()
+    now = int(seconds) * _MICROS + int(micros)
+    counts = []
+    for fields, shape in zip(hashes, shapes, strict=True):
+        number, elapsed = divmod(now, shape.window)
+        held = {int(k): int(v) for k, v in fields.items()}
+        previous, current = held.get(number - 1, 0), held.get(number, 0)
+        counts.append(sliding_count(shape, previous, current, elapsed))
+    return counts
 
 
 def _no_retry() -> Retry:

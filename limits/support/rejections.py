@@ -5,7 +5,10 @@ The traffic is the recorded per-second counts (``DecisionPeak``: every decision 
 the tenant on the route, whatever its outcome). A bucket admits at most
 ``burst + rate x W / period`` requests in any ``W`` seconds, so the counts of the
 windows ending at that second tell the smallest burst (at today's rate) and the
-smallest rate (at today's burst) that would have admitted them all. Like the
+smallest rate (at today's burst) that would have admitted them all. A sliding
+window admits at most its limit in any window of its length, so the busiest such
+window tells the limit that would have admitted it, when the recorded seconds
+cover a window (a second or a minute; not an hour or a day). Like the
 impact estimate (``limits.traffic.replay``), a limit counted per user, API key or
 IP is judged as if the tenant's traffic were one caller: an upper bound.
 """
@@ -13,8 +16,9 @@ IP is judged as if the tenant's traffic were one caller: an upper bound.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TypeVar, cast
 
 from django.core.exceptions import ValidationError
 
@@ -26,12 +30,13 @@ from sluice.model import (
     Dimension,
     Resolution,
     Resolver,
+    Sliding,
     SlidingWindow,
     limit_in_words,
 )
 from sluice.plans import LimitPlan, compile_policy
 
-__all__ = ["LimitVerdict", "RejectionExplanation", "rejection_explain"]
+__all__ = ["LimitVerdict", "RejectionExplanation", "WindowVerdict", "rejection_explain"]
 
 WINDOW = 60  #: seconds of traffic looked at before the rejection
 
@@ -65,6 +70,30 @@ class LimitVerdict:
 
 
 @dataclass(frozen=True)
+class WindowVerdict:
+    """One sliding window of the policy, against the traffic before the rejection."""
+
+    name: (
+        str  #: as in the RateLimit headers and the rejection log: ``user-min-sliding``
+    )
+    words: str
+    rejected: (
+        bool  #: the limit the rejection names (or, unnamed, one the traffic exceeds)
+    )
+    window: int  #: seconds
+    #: requests in the busiest ``window`` seconds up to the rejection; None when the
+    #: recorded seconds are fewer than a window (an hour's or a day's): not judged
+    busiest: int | None
+    admits: int  #: requests the window admits in any window of its length
+    limit_needed: int | None  #: the smallest limit that would have admitted them
+    per_caller: bool  #: counted per user, key or IP: the figures are an upper bound
+
+    @property
+    def exceeded(self) -> bool:
+        return self.busiest is not None and self.busiest > self.admits
+
+
+@dataclass(frozen=True)
 class RejectionExplanation:
     """Why ``tenant`` was rejected on ``route`` at ``at``."""
 
@@ -79,6 +108,7 @@ class RejectionExplanation:
         int
     ]  #: requests in each of the WINDOW seconds up to ``at``, oldest first
     shared_routes: bool  #: the policy is over all routes: every route's traffic counts
+    windows: list[WindowVerdict] = field(default_factory=list)  #: its sliding windows
 
     @property
     def requests(self) -> int:
@@ -109,15 +139,22 @@ def rejection_explain(
     shared = policy.route == "*"
     seconds = _seconds_before(tenant, None if shared else route, at)
     plan = compile_policy(policy, cost=resolution.cost)
-    # A sliding window's or a calendar quota's "what would have fit" is not a
-    # bucket's (a quota's count runs over its whole day or month): not judged here.
+    enforced = [p for p in plan.limits if not p.limit.shadow]
     verdicts = [
         _verdict(p, seconds, limit)
-        for p in plan.limits
-        if not p.limit.shadow and not isinstance(p.limit, SlidingWindow | CalendarQuota)
+        for p in enforced
+        # a calendar quota's count runs over its whole day or month: not judged here
+        if not isinstance(p.limit, SlidingWindow | CalendarQuota)
     ]
-    if not any(v.rejected for v in verdicts):  # unnamed, or named by another version
+    windows = [
+        _window_verdict(p, seconds, limit)
+        for p in enforced
+        if isinstance(p.limit, SlidingWindow)
+    ]
+    # Unnamed, or named by another version: flag every limit the traffic exceeds.
+    if not any(v.rejected for v in (*verdicts, *windows)):
         verdicts = [_flag(v) for v in verdicts]
+        windows = [_flag(v) for v in windows]
     return RejectionExplanation(
         at,
         tenant,
@@ -128,10 +165,14 @@ def rejection_explain(
         verdicts,
         seconds,
         shared,
+        windows,
     )
 
 
-def _flag(verdict: LimitVerdict) -> LimitVerdict:
+_Verdict = TypeVar("_Verdict", LimitVerdict, WindowVerdict)
+
+
+def _flag(verdict: _Verdict) -> _Verdict:
     return replace(verdict, rejected=verdict.exceeded)
 
 
@@ -192,4 +233,34 @@ def _verdict(plan: LimitPlan, seconds: list[int], rejected_name: str) -> LimitVe
         rate_needed=rate_needed,
         per_caller=limit.dimension is not Dimension.TENANT,
         period=PERIOD_WORDS[limit.period],
+    )
+
+
+def _window_verdict(
+    plan: LimitPlan, seconds: list[int], rejected_name: str
+) -> WindowVerdict:
+    """The window against the busiest run of its length in the recorded seconds.
+
+    The script's count weighs the previous window's requests by how much of it is
+    still inside the sliding window: close to, not exactly, the requests in the
+    last ``window`` seconds; the figures are the window's rule read literally.
+    """
+    limit, shape = plan.limit, cast(Sliding, plan.shape)
+    width = limit.window
+    busiest = None
+    if width <= len(seconds):
+        busiest = max(
+            sum(seconds[end - width : end]) for end in range(width, len(seconds) + 1)
+        )
+    return WindowVerdict(
+        name=plan.name,
+        words=limit_in_words(limit),
+        rejected=plan.name == rejected_name,
+        window=width,
+        busiest=busiest,
+        admits=shape.limit // shape.cost,
+        limit_needed=None
+        if busiest is None
+        else max(limit.limit, busiest * shape.cost),
+        per_caller=limit.dimension is not Dimension.TENANT,
     )

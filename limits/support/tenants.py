@@ -1,9 +1,11 @@
 """A tenant's limits as gateways enforce them now, the scheduled ones beside them,
-its overrides, and how full its buckets are (read from Redis without charging)."""
+its overrides, and how much of its buckets and sliding windows is left (read from
+Redis without charging)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -11,18 +13,19 @@ from datetime import datetime
 from limits.core.store import redis_client
 from limits.models import Rejection, Tenant
 from limits.traffic.dashboards import tenant_rejections
-from limits.versions.explain import ExplainSource, explain
+from limits.versions.explain import BucketKey, ExplainSource, explain
 from limits.versions.selectors import (
     snapshot_get_active,
     snapshot_rules,
     snapshot_scheduled,
 )
-from sluice.bucket import STORE_ERRORS, peek
+from sluice.bucket import STORE_ERRORS, peek, peek_windows
 from sluice.model import (
+    PERIOD_WORDS,
+    SLIDING_WINDOW,
     CalendarQuota,
     ConcurrencyLimit,
     Dimension,
-    Limit,
     Policy,
     Resolution,
     Resolver,
@@ -42,13 +45,18 @@ OTHER_ROUTES = "other routes"
 
 @dataclass(frozen=True)
 class BucketUsage:
-    """One per-tenant bucket of the tenant, read now without charging it."""
+    """One per-tenant bucket or sliding window of the tenant, read now without charging it."""
 
     words: str  #: the limit in words
     key: str
     remaining: int  #: whole tokens left now (a request takes the route's cost)
-    burst: int
-    full_in: float  #: seconds until the bucket is full again
+    capacity: int  #: the bucket's burst; the window's limit
+    #: seconds until the bucket is full again; None for a sliding window, whose
+    #: count slides off with its window rather than refilling at a rate
+    full_in: float | None
+    window: str = (
+        ""  #: a sliding window's length in words ("minute"); empty for a bucket
+    )
 
 
 @dataclass(frozen=True)
@@ -147,45 +155,76 @@ def _add_scheduled(
 def _add_usage(
     routes: list[RouteLimits], slugs: list[str | None], tenant: str, now: float
 ) -> str | None:
-    """Fill each route's per-tenant buckets from Redis; return why not, if it failed.
+    """Fill each route's per-tenant buckets and sliding windows from Redis; return
+    why not, if it failed.
 
     Keys come from the gateways' own engine (through explain), so they are the
-    keys gateways charge. Per-user, per-key and per-IP buckets are one per caller:
+    keys gateways charge. Per-user, per-key and per-IP limits are one per caller:
     explain shows those for a given caller.
     """
-    wanted: list[tuple[RouteLimits, Limit, str, int]] = []
+    buckets: list[tuple[RouteLimits, BucketKey]] = []
+    windows: list[tuple[RouteLimits, BucketKey]] = []
     for shown, slug in zip(routes, slugs, strict=True):
         explained = explain(
             tenant=tenant, route=slug, source=ExplainSource.ACTIVE, now=now
         )
         for bucket in explained.keys:
             limit = bucket.limit
-            # A sliding window's count is two fields of a hash, a calendar quota's
-            # the count of its day or month: not a debt that peek reads, so their
-            # usage is not shown here (rather than read as a bucket's).
+            # A calendar quota's count is its day's or month's (limits.quotas shows
+            # it), not a debt that peek reads.
             if (
-                isinstance(limit, ConcurrencyLimit | SlidingWindow | CalendarQuota)
+                isinstance(limit, ConcurrencyLimit | CalendarQuota)
                 or limit.dimension != Dimension.TENANT
+                or limit.shadow
             ):
                 continue
-            if limit.shards == 1 and not limit.shadow:
-                wanted.append((shown, limit, bucket.key, bucket.cost))
-    if not wanted:
-        return None
+            if isinstance(limit, SlidingWindow):
+                windows.append((shown, bucket))
+            elif limit.shards == 1:
+                buckets.append((shown, bucket))
     try:
-        debts, _ = peek(redis_client(timeout=USAGE_TIMEOUT), [w[2] for w in wanted])
+        _read_buckets(buckets)
+        _read_windows(windows)
     except STORE_ERRORS as exc:
         log.warning("support.usage_unavailable", extra={"error": str(exc)})
         return f"Redis did not answer ({exc.__class__.__name__}): usage unknown."
-    for (shown, limit, key, cost), debt in zip(wanted, debts, strict=True):
-        shape = geometry(limit, cost=cost)
+    return None
+
+
+def _read_buckets(wanted: list[tuple[RouteLimits, BucketKey]]) -> None:
+    if not wanted:
+        return
+    client = redis_client(timeout=USAGE_TIMEOUT)
+    debts, _ = peek(client, [bucket.key for _, bucket in wanted])
+    for (shown, bucket), debt in zip(wanted, debts, strict=True):
+        limit = bucket.limit
+        shape = geometry(limit, cost=bucket.cost)
         shown.usage.append(
             BucketUsage(
                 limit_in_words(limit),
-                key,
+                bucket.key,
                 shape.remaining(debt),
                 limit.burst,
                 debt / 1e6,
             )
         )
-    return None
+
+
+def _read_windows(wanted: list[tuple[RouteLimits, BucketKey]]) -> None:
+    if not wanted:
+        return
+    shapes = [SLIDING_WINDOW.shape(b.limit, cost=b.cost) for _, b in wanted]
+    client = redis_client(timeout=USAGE_TIMEOUT)
+    counts = peek_windows(client, [bucket.key for _, bucket in wanted], shapes)
+    for (shown, bucket), count in zip(wanted, counts, strict=True):
+        limit = bucket.limit
+        shown.usage.append(
+            BucketUsage(
+                limit_in_words(limit),
+                bucket.key,
+                max(0, math.floor(limit.limit - count)),
+                limit.limit,
+                None,
+                PERIOD_WORDS[limit.window],
+            )
+        )

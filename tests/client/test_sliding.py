@@ -15,7 +15,7 @@ from sluice import (
     retry_after_seconds,
     validate_rules,
 )
-from sluice.bucket import SCRIPT
+from sluice.bucket import SCRIPT, peek_windows
 from sluice.kinds import SLIDING_WINDOW, Direction, kind_of
 from sluice.kinds.gcra import Geometry
 from sluice.memory import MemoryStore
@@ -202,6 +202,23 @@ def test_sliding__on_redis__decides_and_keeps_one_hash(store):
     counts = store.inspect.hgetall(key)
     assert list(counts.values()) == ["5"]
     assert 0 < store.inspect.pttl(key) <= 120_000
+
+
+def test_peek_windows__after_requests__reads_the_count_without_charging(redis_client):
+    # Given 3 requests of an IP against 5 per minute, on Redis
+    window = sliding()
+    limiter = Limiter(redis_client, _searches(window), timeout=REDIS_TIMEOUT)
+    decisions = [limiter.decide(route="search", ip="10.0.0.1") for _ in range(3)]
+    key = decisions[-1].deciding.key
+    shape = SLIDING_WINDOW.shape(window, cost=1)
+    # When the window is read twice
+    counts = [peek_windows(redis_client, [key], [shape])[0] for _ in range(2)]
+    # Then it counts the 3 (less if the minute turned meanwhile: they slide off), and
+    # reading charged nothing
+    assert all(0 < count <= 3 for count in counts)
+    assert sum(int(v) for v in redis_client.hgetall(key).values()) == 3
+    # And a key nobody charged counts nothing
+    assert peek_windows(redis_client, [key + ":none"], [shape]) == [0.0]
 
 
 def test_sliding__beside_a_bucket__all_or_nothing(store):

@@ -170,3 +170,36 @@ def test_policy_pages__working_copy__say_which_version_gateways_enforce(
         assert "working copy" in html
         assert "gateways enforce" in html
         assert "version 1</a>" in html
+
+
+@pytest.mark.usefixtures("published", "no_notice_period", "no_approval_rule")
+def test_support_pages__sliding_window__said_as_a_window_not_a_bucket(
+    client, support_user, rules, redis_client
+):
+    # Given initech's free tier holds 50 in any minute per tenant
+    Limit.objects.filter(policy__tier=rules["free"]).update(
+        kind="sliding_window", burst=None, rate=50, period=60
+    )
+    version = snapshot_publish(actor=Actor.system(), message="windows")
+    client.force_login(support_user)
+    # When support opens the tenant's page and explains a 429
+    page = client.get(
+        reverse("admin:limits_tenant_support", args=[rules["initech"].pk])
+    )
+    at = version.effective_at + timedelta(seconds=3)
+    why = client.get(
+        EXPLAIN,
+        {
+            "tenant": "initech",
+            "route": "search",
+            "at": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    )
+    # Then the window's usage and verdict are a window's: no burst, no bucket
+    html = page.content.decode()
+    assert "50 requests in any minute per account" in html
+    assert "50 of 50 left in the last minute (sliding window)" in html
+    explained = why.content.decode()
+    assert 'id="sliding-windows"' in explained
+    assert "50 in any 60 s" in explained
+    assert "a burst of" not in explained

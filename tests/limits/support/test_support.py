@@ -88,7 +88,7 @@ def test_tenant_limits__bucket_partly_spent__usage_read_without_charging(
         (usage,) = next(r for r in shown.routes if r.route == "search").usage
         assert usage.key == key
         assert usage.remaining in (6, 7)
-        assert usage.burst == 10
+        assert usage.capacity == 10
     assert int(redis_client.get(key)) == now + 4 * shape.tick
 
 
@@ -249,21 +249,66 @@ def test_override_raise__sliding_window__its_limit_raised_without_a_burst(
     assert "burst" not in limit
 
 
-def test_support_pages__sliding_window__limits_in_words_usage_and_verdicts_left_out(
-    published, rules, publisher, redis_client, no_notice_period, no_approval_rule
-):
-    # Given initech's free tier holds 5 in any second per tenant, and traffic before a 429
+def _windows(rules, publisher, *, limit: int, period: int):
+    """The free tier's limits become sliding windows of ``limit`` per ``period`` s,
+    published: the version."""
     Limit.objects.filter(policy__tier=rules["free"]).update(
-        kind="sliding_window", burst=None
+        kind="sliding_window", burst=None, rate=limit, period=period
     )
-    version = snapshot_publish(actor=publisher, message="windows")
+    return snapshot_publish(actor=publisher, message="windows")
+
+
+@pytest.mark.usefixtures("published", "no_notice_period", "no_approval_rule")
+def test_tenant_limits__sliding_window_partly_used__usage_read_without_charging(
+    rules, publisher, redis_client
+):
+    # Given initech's free tier holds 50 in any minute per tenant, 4 used this minute
+    _windows(rules, publisher, limit=50, period=60)
+    key = explain(tenant="initech", route="search").keys[0].key
+    (_,), now = peek(redis_client, [key])
+    redis_client.hset(key, str(now // 60_000_000), 4)
+    redis_client.pexpire(key, 120_000)
+    # When support reads the page
+    shown = tenant_limits(tenant=rules["initech"])
+    # Then the window is said in words, with what is left of it
+    search = next(row for row in shown.routes if row.route == "search")
+    assert search.words == ["50 requests in any minute per account"]
+    (usage,) = search.usage
+    assert (usage.key, usage.capacity, usage.window) == (key, 50, "minute")
+    assert usage.full_in is None  # a window's count slides off; it does not refill
+    # 46 left; more if the minute turned meanwhile (its 4 weigh less as it slides off)
+    assert 46 <= usage.remaining <= 50
+    assert redis_client.hgetall(key) == {str(now // 60_000_000).encode(): b"4"}
+
+
+@pytest.mark.usefixtures("published", "no_notice_period", "no_approval_rule")
+def test_rejection_explain__sliding_window__busiest_second_and_the_limit_it_needed(
+    rules, publisher
+):
+    # Given initech's free tier holds 5 in any second per tenant, and 10 requests in
+    # each of the two seconds before a 429
+    version = _windows(rules, publisher, limit=5, period=1)
     at = version.effective_at.replace(second=30) + timedelta(minutes=1)
     _record("initech", "search", at, {29: 10, 30: 10})
-    # When support reads the tenant's page and explains the rejection
-    shown = tenant_limits(tenant=rules["initech"])
+    # When support explains the rejection
     why = rejection_explain(tenant="initech", route="search", at=at)
-    # Then the window is said in words; its usage and verdict are not guessed as a bucket's
-    search = next(row for row in shown.routes if row.route == "search")
-    assert search.words == ["5 requests in any second per account"]
-    assert search.usage == []
+    # Then the window is judged as a window, not as a bucket
     assert why.verdicts == []
+    (window,) = why.windows
+    assert window.rejected
+    assert (window.busiest, window.window, window.admits) == (10, 1, 5)
+    assert window.limit_needed == 10
+
+
+@pytest.mark.usefixtures("published", "no_notice_period", "no_approval_rule")
+def test_rejection_explain__hourly_window__said_not_judged(rules, publisher):
+    # Given initech's free tier holds 500 in any hour per tenant
+    version = _windows(rules, publisher, limit=500, period=3600)
+    at = version.effective_at.replace(second=30) + timedelta(minutes=1)
+    _record("initech", "search", at, {29: 10, 30: 10})
+    # When support explains a rejection
+    (window,) = rejection_explain(tenant="initech", route="search", at=at).windows
+    # Then a minute of traffic says nothing of an hour: not judged, not guessed
+    assert window.busiest is None
+    assert window.limit_needed is None
+    assert not window.exceeded
