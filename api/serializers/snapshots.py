@@ -180,6 +180,21 @@ class VerdictOutSerializer(serializers.Serializer):
     per_caller = serializers.BooleanField()
 
 
+class WindowVerdictOutSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    words = serializers.CharField()
+    rejected = serializers.BooleanField()
+    window = serializers.IntegerField(help_text="The window, in seconds.")
+    busiest = serializers.IntegerField(
+        allow_null=True,
+        help_text="Most requests in a window's length up to then; null when the "
+        "recorded seconds are shorter than the window (an hour, a day): not judged.",
+    )
+    admits = serializers.IntegerField(help_text="Requests the window admits.")
+    limit_needed = serializers.IntegerField(allow_null=True)
+    per_caller = serializers.BooleanField()
+
+
 class RejectionOutSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
     version = serializers.IntegerField(help_text="The version in force at that second.")
@@ -187,7 +202,8 @@ class RejectionOutSerializer(serializers.Serializer):
     policy = serializers.CharField()
     requests = serializers.IntegerField(help_text="Decisions in the 60 s up to then.")
     seconds = serializers.ListField(child=serializers.IntegerField())
-    verdicts = VerdictOutSerializer(many=True)
+    verdicts = VerdictOutSerializer(many=True, help_text="Its token buckets.")
+    windows = WindowVerdictOutSerializer(many=True, help_text="Its sliding windows.")
 
 
 class ExplanationSerializer(serializers.Serializer):

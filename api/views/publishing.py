@@ -254,6 +254,7 @@ def _rejection(why: RejectionExplanation) -> dict:
             }
             for v in why.verdicts
         ],
+        "windows": [asdict(w) for w in why.windows],
     }
 
 

@@ -214,6 +214,40 @@ def test_explain__at_a_second__why_the_tenant_was_rejected_then(product_api, rul
     assert verdict["words"] == "5 requests per second per account, bursts of 10"
     assert (verdict["allowed_then"], verdict["burst_needed"]) == (10, 12)
     assert body["policy"]["limits"][0]["public_name"] == "Rate limit per account"
+    assert rejection["windows"] == []
+
+
+def test_explain__sliding_window_at_a_second__judged_as_a_window(product_api, rules):
+    # Given initech's free tier holds 5 in any second, and 12 requests in one second
+    from limits.models import DecisionPeak
+
+    Limit.objects.filter(policy__tier=rules["free"]).update(
+        kind="sliding_window", burst=None
+    )
+    published = Snapshot.objects.get(version=_publish(product_api).json()["version"])
+    at = published.effective_at.replace(second=30, microsecond=0) + timedelta(minutes=1)
+    seconds = [0] * 60
+    seconds[30] = 12
+    DecisionPeak.objects.create(
+        minute=at.replace(second=0),
+        tenant="initech",
+        route="search",
+        count=12,
+        peak=12,
+        seconds=seconds,
+    )
+    # When automation asks why initech got a 429 at that second
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = product_api.get(
+        f"/api/v1/explain?tenant=initech&route=search&at={stamp}"
+    ).json()
+    # Then the window, not a bucket, and the limit that would have admitted them
+    rejection = body["rejection"]
+    assert rejection["verdicts"] == []
+    (window,) = rejection["windows"]
+    assert window["words"] == "5 requests in any second per account"
+    assert (window["rejected"], window["busiest"], window["admits"]) == (True, 12, 5)
+    assert window["limit_needed"] == 12
 
 
 @pytest.mark.parametrize(
