@@ -6,7 +6,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from limits.choices import ScopeKind
+from limits.admin.limit_form import KINDS
+from limits.choices import LimitKind, ScopeKind
 from limits.models import ChangeRequest
 from tests.factories import PolicyFactory, TierFactory
 from tests.limits.test_admin import _policy_form
@@ -123,3 +124,8 @@ def test_limit_form__existing_window__shown_in_its_words(client, product_user):
     assert "Limit:" in _box(page, "rate")
     assert not _shown(page, "burst")
     assert "100 requests per minute, sliding window" in page
+
+
+def test_limit_form__every_kind__has_its_settings_in_the_mapping():
+    # Given the kinds a limit can have / Then the form knows what each one shows
+    assert set(KINDS) == set(LimitKind.values)

@@ -131,3 +131,25 @@ def test_changelog__default_policy_change__public_with_tiers_it_reaches(
     change = next(c for t, c in texts.items() if t.startswith("new policy default"))
     assert change["tiers"] == ["startup"]  # free and pro have policies of their own
     assert change["anonymous"] is True
+
+
+def test_changelog__bucket_becomes_sliding_window__said_in_the_windows_words(
+    client, rules, published
+):
+    # Given pro search's bucket (50 / s, burst 100) becomes 3,000 in any minute
+    Limit.objects.filter(
+        policy__tier=rules["pro"], policy__route=rules["search"]
+    ).update(kind="sliding_window", rate=3000, period=60, burst=None)
+    snapshot_publish(
+        actor=SYSTEM, message="m", effective_at=timezone.now() + timedelta(days=20)
+    )
+    # When the changelog is read
+    (change,) = client.get("/changelog/changes.json").json()["versions"][0]["changes"]
+    page = client.get("/changelog/").content.decode()
+    # Then the window is said as one, the bucket it replaces as a bucket
+    assert change["kind"] == "lowered"  # kinds do not compare: a change of kind lowers
+    assert change["text"] == (
+        "tier pro · search: no more limit per tenant: 50 / s, burst 100; "
+        "new limit per tenant: 3,000 requests per minute, sliding window"
+    )
+    assert "3,000 requests per minute, sliding window" in page
