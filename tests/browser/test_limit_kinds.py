@@ -57,3 +57,25 @@ def test_product__adds_a_sliding_window__form_and_changelog_say_it_in_its_words(
     expect(change).to_contain_text("per user: 100 requests per minute, sliding window")
     expect(change).not_to_contain_text("burst 500")
     save_screenshot(page, "product-adds-sliding-window")
+
+
+def test_policy_form__without_javascript__each_limit_shows_its_kinds_settings(
+    browser, live_server, demo
+):
+    # Given a browser without JavaScript, signed in as product
+    context = browser.new_context(base_url=live_server.url, java_script_enabled=False)
+    page = context.new_page()
+    login(page, "product")
+    # When it opens the exports policy: a bucket and a concurrency cap per tenant
+    policy = Policy.objects.get(scope="default", route__slug="reports.export")
+    kinds = [limit.kind for limit in policy.limits.all()]  # the form's order
+    cap, bucket = kinds.index("concurrent"), kinds.index("rate")
+    page.goto(f"/admin/limits/policy/{policy.pk}/change/")
+    # Then the cap shows its own settings and none of the bucket's, and the other way
+    expect(page.locator(f"#id_limits-{cap}-max_inflight")).to_be_visible()
+    for name in ("rate", "period", "burst"):
+        expect(page.locator(f"#id_limits-{cap}-{name}")).to_be_hidden()
+        expect(page.locator(f"#id_limits-{bucket}-{name}")).to_be_visible()
+    expect(page.locator(f"#id_limits-{bucket}-max_inflight")).to_be_hidden()
+    save_screenshot(page, "policy-form-without-javascript")
+    context.close()
