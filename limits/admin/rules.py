@@ -18,6 +18,7 @@ from limits.choices import Role, ScopeKind
 from limits.core.audit import Actor
 from limits.core.roles import can_edit_policy, user_role
 from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.quotas.usage import tenant_quotas
 from limits.rules import services as rules
 from limits.support.raises import RAISE_DAYS, RAISE_FACTOR, override_raise
 from limits.support.tenants import tenant_limits
@@ -99,7 +100,8 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
         return format_html('<a href="{}">limits, usage, 429s</a>', url)
 
     def support_view(self, request, object_id):
-        """What support reads: the limits gateways enforce now, usage, recent 429s."""
+        """What support reads: the limits gateways enforce now, usage, quotas this
+        period, recent 429s."""
         tenant = get_object_or_404(Tenant, pk=object_id)
         if not self.has_view_permission(request, tenant):
             raise PermissionDenied
@@ -109,6 +111,7 @@ class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
             "title": f"{tenant.slug}: limits in force",
             "tenant": tenant,
             "shown": tenant_limits(tenant=tenant),
+            "quotas": tenant_quotas(tenant=tenant.slug),
             "can_raise": can_edit_policy(request.user, scope=ScopeKind.TENANT),
             "raise_factor": RAISE_FACTOR,
             "raise_days": RAISE_DAYS,

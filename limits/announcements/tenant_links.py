@@ -33,6 +33,7 @@ from limits.core.audit import Actor, audit_record
 from limits.core.chain import chain_lock
 from limits.diff.diffing import RulesDiff
 from limits.models import Announcement, Tenant, TenantLink
+from limits.quotas.usage import TenantQuotas, tenant_quotas
 from limits.traffic.impacts import scheduled_impact
 from limits.versions.explain import EffectiveLimit, effective_limits
 from limits.versions.selectors import snapshot_get_active
@@ -149,6 +150,7 @@ class TenantOverview:
     upcoming: list[ChangelogEntry]  #: scheduled versions that change its limits
     #: version -> what it would have rejected of the tenant's recent traffic (None: nothing)
     estimates: dict[int, dict | None]
+    quotas: TenantQuotas  #: its calendar quotas, and how much of each it used
 
 
 def tenant_overview(*, tenant: Tenant) -> TenantOverview:
@@ -175,4 +177,5 @@ def tenant_overview(*, tenant: Tenant) -> TenantOverview:
             estimates[snapshot.version] = tenant_estimate(
                 scheduled_impact(snapshot), tenant.slug
             )
-    return TenantOverview(tenant, version, limits, upcoming, estimates)
+    quotas = tenant_quotas(tenant=tenant.slug)
+    return TenantOverview(tenant, version, limits, upcoming, estimates, quotas)

@@ -98,6 +98,8 @@ def tenant_json(request, token: str):
                     }
                     for row in overview.limits
                 ],
+                "quotas": [quota.to_json() for quota in overview.quotas.quotas],
+                "quotas_unavailable": overview.quotas.unavailable,
                 "upcoming": [
                     {**entry.to_json(), "impact": overview.estimates.get(entry.version)}
                     for entry in overview.upcoming
