@@ -29,6 +29,12 @@ def schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
         expires=float(settings.SLUICE_ANNOUNCE_INTERVAL),
     )
     sender.add_periodic_task(
+        float(settings.SLUICE_QUOTA_REMINDER_INTERVAL),
+        sender.signature("limits.quota_reminders_send"),
+        name="tell opted-in tenants of the quota thresholds they reached",
+        expires=float(settings.SLUICE_QUOTA_REMINDER_INTERVAL),
+    )
+    sender.add_periodic_task(
         float(settings.SLUICE_STATS_INTERVAL),
         sender.signature("limits.decision_stream_aggregate"),
         name="roll the decision stream up",

@@ -258,6 +258,9 @@ SLUICE_REMINDERS = env_durations("SLUICE_REMINDERS", "7d,1d")
 #: Seconds between two runs of the beat task that sends due reminders and
 #: re-queues announcements and deliveries whose task was lost.
 SLUICE_ANNOUNCE_INTERVAL = env_int("SLUICE_ANNOUNCE_INTERVAL", 60)
+#: Seconds between two runs of the beat task that tells opted-in tenants of the
+#: calendar quota thresholds (80 %, 100 %) they reached (limits.announcements.quota_reminders).
+SLUICE_QUOTA_REMINDER_INTERVAL = env_int("SLUICE_QUOTA_REMINDER_INTERVAL", 300)
 #: Seconds a webhook endpoint has to answer one delivery attempt.
 SLUICE_WEBHOOK_TIMEOUT = env_int("SLUICE_WEBHOOK_TIMEOUT", 10)
 # Webhooks to private, loopback and link-local addresses (limits.core.egress): refused

@@ -144,6 +144,7 @@ class DeliveryKind(models.TextChoices):
     REMINDER = "reminder", "reminder before a lowering takes effect"
     CANCELLATION = "cancellation", "a scheduled version was cancelled"
     TEST = "test", "test event"
+    QUOTA = "quota", "a calendar quota reached 80 % or 100 %"
 
 
 class DeliveryState(models.TextChoices):

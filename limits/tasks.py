@@ -8,6 +8,7 @@ from limits.announcements.tasks import (
     announcement_notify_task,
     announcements_dispatch_due_task,
     delivery_send_task,
+    quota_reminders_send_task,
 )
 from limits.changes.tasks import overrides_maintain_task
 from limits.core.tasks import audit_checkpoint_task
@@ -21,6 +22,7 @@ __all__ = [
     "decision_stream_aggregate_task",
     "delivery_send_task",
     "overrides_maintain_task",
+    "quota_reminders_send_task",
     "snapshot_activate_due_task",
     "stats_prune_task",
 ]

@@ -58,6 +58,7 @@ EVENT_TYPES = {
     DeliveryKind.REMINDER: "limits.reminder",
     DeliveryKind.CANCELLATION: "limits.cancelled",
     DeliveryKind.TEST: "ping",
+    DeliveryKind.QUOTA: "quota.threshold",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from limits.announcements.deliveries import SEND_TASK, DeliveryFailed, delivery_send
+from limits.announcements.quota_reminders import quota_reminders_send
 from limits.announcements.services import (
     NOTIFY_TASK,
     announcement_notify,
@@ -15,6 +16,7 @@ __all__ = [
     "announcement_notify_task",
     "announcements_dispatch_due_task",
     "delivery_send_task",
+    "quota_reminders_send_task",
 ]
 
 
@@ -46,3 +48,9 @@ def delivery_send_task(self, delivery_id: int) -> str | None:
 def announcements_dispatch_due_task() -> dict[str, int]:
     """Reminders before lowerings, and notifications whose task was lost. Run by beat."""
     return announcements_dispatch_due()
+
+
+@shared_task(name="limits.quota_reminders_send")
+def quota_reminders_send_task() -> int:
+    """Tell opted-in tenants of the quota thresholds they reached. Run by beat."""
+    return quota_reminders_send()

@@ -10,6 +10,8 @@ from .deliveries import *  # noqa: F403
 from .deliveries import __all__ as _deliveries
 from .limits import *  # noqa: F403
 from .limits import __all__ as _limits
+from .quotas import *  # noqa: F403
+from .quotas import __all__ as _quotas
 from .rehearsals import *  # noqa: F403
 from .rehearsals import __all__ as _rehearsals
 from .rules import *  # noqa: F403
@@ -32,4 +34,5 @@ __all__ = [
     *_announcements,
     *_deliveries,
     *_changes,
+    *_quotas,
 ]

@@ -147,6 +147,11 @@ class Tenant(RuleModel):
         help_text="Day of the month billing cycles start on (1-31; 31 is the last "
         "day of shorter months).",
     )
+    quota_reminders = models.BooleanField(
+        default=False,
+        help_text="Tell the tenant (webhooks, emails) when it has used 80 % and "
+        "100 % of a calendar quota in a period.",
+    )
 
     class Meta:
         ordering = ["slug"]
