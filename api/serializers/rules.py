@@ -36,6 +36,7 @@ class TenantSerializer(StrictModelSerializer):
             "contact_emails",
             "time_zone",
             "billing_day",
+            "quota_reminders",
             *READ_ONLY[1:],
         )
         read_only_fields = READ_ONLY

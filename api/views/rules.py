@@ -1,8 +1,13 @@
 """CRUD for tiers, tenants, routes, policies and limits; every write goes through limits.rules.services."""
 
 from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import action
+from rest_framework.response import Response
 
+from api.exceptions import StoreUnavailable
 from api.filters import LimitFilter, PolicyFilter, RouteFilter, TenantFilter
+from api.serializers.quotas import TenantUsageSerializer
 from api.serializers.rules import (
     LimitSerializer,
     PolicySerializer,
@@ -11,6 +16,7 @@ from api.serializers.rules import (
     TierSerializer,
 )
 from limits.models import Limit, Policy, Route, Tenant, Tier
+from limits.quotas.usage import tenant_quotas
 from limits.rules import services as rules
 
 from .base import ManagementViewSet, actor_from
@@ -57,6 +63,26 @@ class TenantViewSet(RuleObjectViewSet):
     serializer_class = TenantSerializer
     filterset_class = TenantFilter
     search_fields = ("slug", "name")
+
+    @extend_schema(
+        operation_id="tenant_usage",
+        responses={200: TenantUsageSerializer},
+        description="The tenant's calendar quotas in the active version (those that "
+        "count per account), each with what it used this period, read from the Redis "
+        "gateways charge. 503 when Redis does not answer: usage is never guessed.",
+    )
+    @action(detail=True, methods=["get"])
+    def usage(self, request, slug=None):
+        tenant = self.get_object()
+        report = tenant_quotas(tenant=tenant.slug)
+        if report.unavailable:
+            raise StoreUnavailable(report.unavailable)
+        body = {
+            "tenant": tenant.slug,
+            "version": report.version,
+            "quotas": [quota.to_json() for quota in report.quotas],
+        }
+        return Response(TenantUsageSerializer(body).data)
 
 
 class RouteViewSet(RuleObjectViewSet):
