@@ -155,6 +155,7 @@ local function policy_of(raw)
     ref = raw.scope .. "/" .. raw.route .. (expires and "~" or ""),
     plans = {},
     calendared = calendared, -- compiled per tenant calendar, per period
+    plan_count = 0,
   }
 end
 
@@ -273,9 +274,13 @@ function Engine:resolve(tenant, route, now)
   error("no policy matched")
 end
 
+local PLANS_PER_POLICY = 1000 -- declared costs must not grow a worker's memory forever
+
 --- The plan of `policy` for requests of `cost` (`share`: 1, or the local share); a
 --- policy with calendar quotas per tenant `cal`endar too, in the period holding `now`
---- (epoch seconds), compiled again once that period ends (sluice/engine.py).
+--- (epoch seconds), compiled again once that period ends (sluice/engine.py). Kept
+--- for the snapshot's life, up to PLANS_PER_POLICY per policy (then afresh; a
+--- plan's rehearsals live in the plan, so they go with it).
 function Engine:plan(policy, cost, share, cal, now)
   local key = cost .. ":" .. share
   if policy.calendared then
@@ -287,8 +292,12 @@ function Engine:plan(policy, cost, share, cal, now)
   end
   local plan = policy.plans[key]
   if plan == nil or (cal and plan.valid_until <= now) then
+    if policy.plan_count >= PLANS_PER_POLICY then
+      policy.plans, policy.plan_count = {}, 0
+    end
     plan = plans.compile(policy, cost, share, cal, now)
     policy.plans[key] = plan
+    policy.plan_count = policy.plan_count + 1
   end
   return plan
 end
