@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 
 from limits.ascode.services import rules_export, rules_file_diff, rules_file_read
 from limits.core.audit import Actor
 from limits.diff.diffing import rules_diff
 from limits.diff.kinds import ChangeKind
+from limits.models import Route as RouteRow
 from limits.publishing.services import snapshot_publish
 from limits.rules import services
 from limits.versions.selectors import snapshot_rules
@@ -96,3 +98,22 @@ def test_rules_file__max_cost__exported_and_read_by_both_sides(bounded):
     assert rules_from_yaml(text).routes["search"].max_cost == 8
     # And a route without one writes none: files of such routes keep their shape
     assert text.count("max_cost") == 1
+
+
+def test_admin_route_add__max_cost_below_cost__error_on_the_field(client, product_user):
+    # Given a product person in the admin
+    client.force_login(product_user)
+    form = {
+        "slug": "reports",
+        "methods": "POST",
+        "path_pattern": "/v1/reports",
+        "cost": "5",
+        "max_cost": "4",
+        "failure_mode": "open",
+    }
+    # When a route is added whose max cost is below its cost
+    response = client.post(reverse("admin:limits_route_add"), form)
+    # Then the form says why, and nothing is saved
+    assert response.status_code == 200
+    assert "below the route&#x27;s cost" in response.content.decode()
+    assert not RouteRow.objects.filter(slug="reports").exists()
