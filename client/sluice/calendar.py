@@ -116,23 +116,25 @@ def _change_day(year: int, rule: tuple[str, int, int, int]) -> int:
     return day
 
 
-def _dst_span(
-    rule: ZoneRule, dst: int, start: _Change, end: _Change, year: int
-) -> tuple[int, int]:
+@lru_cache(maxsize=4096)
+def _dst_span(rule: ZoneRule, year: int) -> tuple[int, int]:
     """UTC instants at which DST starts and ends in ``year`` (``start`` is read in
-    standard time, ``end`` in daylight time, as POSIX says)."""
+    standard time, ``end`` in daylight time, as POSIX says); cached: a period's
+    bounds ask it a dozen times for the same year."""
+    if rule.dst is None or rule.start is None or rule.end is None:
+        return (0, 0)  # no DST: never asked (utc_offset)
     return (
-        _change_day(year, start[0]) * _DAY + start[1] - rule.std,
-        _change_day(year, end[0]) * _DAY + end[1] - dst,
+        _change_day(year, rule.start[0]) * _DAY + rule.start[1] - rule.std,
+        _change_day(year, rule.end[0]) * _DAY + rule.end[1] - rule.dst,
     )
 
 
 def utc_offset(rule: ZoneRule, instant: int) -> int:
     """The zone's offset (seconds east of UTC) at ``instant`` (epoch seconds)."""
-    if rule.dst is None or rule.start is None or rule.end is None:
+    if rule.dst is None:
         return rule.std
     year = _civil_from_days((instant + rule.std) // _DAY)[0]
-    start, end = _dst_span(rule, rule.dst, rule.start, rule.end, year)
+    start, end = _dst_span(rule, year)
     if start < end:  # northern hemisphere: DST inside the year
         return rule.dst if start <= instant < end else rule.std
     return rule.dst if instant < end or instant >= start else rule.std  # southern
