@@ -8,28 +8,28 @@ errors that name their path in the document.
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from .calendar import DEFAULT_ZONE, Calendar, parse_zone_rule
 from .canonical import canonical_json
 from .errors import SnapshotError
-from .kinds import CALENDAR_QUOTA, GCRA, SLIDING_WINDOW
-from .quota import (
-    DEFAULT_LEASE_MS,
-    MAX_PUBLIC_DESCRIPTION,
-    MAX_PUBLIC_NAME,
-    QUOTA_CYCLES,
-    QUOTA_PERIODS,
-)
+from .kinds import CALENDAR_QUOTA, GCRA, SLIDING_WINDOW, named, registered
+from .reading import PUBLIC as _PUBLIC
+from .reading import array as _list
+from .reading import boolean as _boolean
+from .reading import choice as _enum
+from .reading import integer as _integer
+from .reading import mapping as _mapping
+from .reading import members as _object
+from .reading import moment as _time
+from .reading import public as _public
+from .reading import string as _string
 from .routing import HTTP_METHODS, PatternError, RouteTable
 from .rules import (
-    PERIODS,
     CalendarQuota,
     ConcurrencyLimit,
     Dimension,
     FailureMode,
-    Limit,
     Policy,
     RateLimit,
     Route,
@@ -65,17 +65,8 @@ _ROUTE_KEYS = {"methods", "path", "cost", "failure_mode"}
 _ROUTE_OPTIONAL = {"max_cost"}
 _POLICY_KEYS = {"scope", "route", "expires_at", "limits"}
 _POLICY_OPTIONAL = {"concurrency"}
-_LIMIT_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
-_PUBLIC = {"name", "description"}
-_LIMIT_OPTIONAL = {"shards", "lease", "lease_ms", *_PUBLIC}
-#: a limit's ``kind`` member: absent means gcra (snapshots before it keep their bytes)
-_KINDS = (GCRA.name, SLIDING_WINDOW.name, CALENDAR_QUOTA.name)
-_SLIDING_KEYS = {"kind", "dimension", "limit", "window", "cost", "shadow"}
-_QUOTA_KEYS = {"kind", "dimension", "limit", "per", "cost", "shadow"}
 _CALENDAR_KEYS = {"zone", "billing_day"}
 _CONCURRENCY_KEYS = {"dimension", "max_inflight", "timeout", "shadow"}
-
-_E = TypeVar("_E", FailureMode, Dimension, ScopeKind)
 
 
 def parse_snapshot_fields(
@@ -241,86 +232,26 @@ def parse_policy(data: Any, path: str = "policy") -> Policy:
 
 
 def parse_limit(data: Any, path: str = "limit") -> RateLimit:
-    """One rate limit of a policy, of the kind its ``kind`` member names (absent:
-    ``gcra``, ``Limit.to_json``); SnapshotError names the bad member."""
-    kind = data.get("kind", GCRA.name) if isinstance(data, dict) else GCRA.name
-    if kind not in _KINDS:
-        raise SnapshotError(
-            f"{path}.kind", f"{kind!r} is not one of: {', '.join(_KINDS)}"
-        )
-    if kind == SLIDING_WINDOW.name:
-        return parse_sliding_window(data, path)
-    if kind == CALENDAR_QUOTA.name:
-        return parse_calendar_quota(data, path)
-    obj = _object(data, path, _LIMIT_KEYS, {"kind", *_LIMIT_OPTIONAL})
-    period = _period(obj["period"], f"{path}.period")
-    cost = obj["cost"]
-    shadow = _boolean(obj["shadow"], f"{path}.shadow")
-    return Limit(
-        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
-        rate=_integer(obj["rate"], f"{path}.rate", minimum=1),
-        period=period,
-        burst=_integer(obj["burst"], f"{path}.burst", minimum=1),
-        cost=None if cost is None else _integer(cost, f"{path}.cost", minimum=1),
-        shadow=shadow,
-        shards=_integer(obj.get("shards", 1), f"{path}.shards", minimum=1),
-        lease=_integer(obj.get("lease", 0), f"{path}.lease", minimum=0),
-        lease_ms=_integer(
-            obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
-        ),
-        **_public(obj, path),
-    )
+    """One rate limit of a policy, read by the kind its ``kind`` member names
+    (absent: ``gcra``, every snapshot before kinds); SnapshotError names the bad
+    member."""
+    name = data.get("kind", GCRA.name) if isinstance(data, dict) else GCRA.name
+    kind = named(name)
+    if kind is None:
+        known = ", ".join(kind.name for kind in registered())
+        raise SnapshotError(f"{path}.kind", f"{name!r} is not one of: {known}")
+    limit: RateLimit = kind.parse(data, path)
+    return limit
 
 
 def parse_sliding_window(data: Any, path: str = "limit") -> SlidingWindow:
-    """One sliding window (``SlidingWindow.to_json``); SnapshotError names the bad member."""
-    obj = _object(data, path, _SLIDING_KEYS, _LIMIT_OPTIONAL)
-    cost = obj["cost"]
-    return SlidingWindow(
-        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
-        limit=_integer(obj["limit"], f"{path}.limit", minimum=1),
-        window=_period(obj["window"], f"{path}.window"),
-        cost=None if cost is None else _integer(cost, f"{path}.cost", minimum=1),
-        shadow=_boolean(obj["shadow"], f"{path}.shadow"),
-        shards=_integer(obj.get("shards", 1), f"{path}.shards", minimum=1),
-        lease=_integer(obj.get("lease", 0), f"{path}.lease", minimum=0),
-        lease_ms=_integer(
-            obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
-        ),
-        **_public(obj, path),
-    )
+    """One sliding window (``SlidingWindow.to_json``): the kind's own parser."""
+    return SLIDING_WINDOW.parse(data, path)
 
 
 def parse_calendar_quota(data: Any, path: str = "limit") -> CalendarQuota:
-    """One calendar quota (``CalendarQuota.to_json``); SnapshotError names the bad member."""
-    obj = _object(data, path, _QUOTA_KEYS, {"cycle", *_PUBLIC})
-    cost = obj["cost"]
-    per = _string(obj["per"], f"{path}.per")
-    if per not in QUOTA_PERIODS:
-        raise SnapshotError(
-            f"{path}.per", f"{per!r} is not one of: {', '.join(QUOTA_PERIODS)}"
-        )
-    cycle = _string(obj.get("cycle", "calendar"), f"{path}.cycle")
-    if cycle not in QUOTA_CYCLES:
-        raise SnapshotError(
-            f"{path}.cycle", f"{cycle!r} is not one of: {', '.join(QUOTA_CYCLES)}"
-        )
-    return CalendarQuota(
-        dimension=_enum(Dimension, obj["dimension"], f"{path}.dimension"),
-        limit=_integer(obj["limit"], f"{path}.limit", minimum=1),
-        per=per,
-        cycle=cycle,
-        cost=None if cost is None else _integer(cost, f"{path}.cost", minimum=1),
-        shadow=_boolean(obj["shadow"], f"{path}.shadow"),
-        **_public(obj, path),
-    )
-
-
-def _period(data: Any, path: str) -> int:
-    period = _integer(data, path, minimum=1)
-    if period not in PERIODS:
-        raise SnapshotError(path, f"must be one of {sorted(PERIODS)} seconds")
-    return period
+    """One calendar quota (``CalendarQuota.to_json``): the kind's own parser."""
+    return CALENDAR_QUOTA.parse(data, path)
 
 
 def parse_concurrency(data: Any, path: str = "concurrency") -> ConcurrencyLimit:
@@ -333,88 +264,3 @@ def parse_concurrency(data: Any, path: str = "concurrency") -> ConcurrencyLimit:
         shadow=_boolean(obj["shadow"], f"{path}.shadow"),
         **_public(obj, path),
     )
-
-
-def _public(obj: dict[str, Any], path: str) -> dict[str, str]:
-    """A limit's optional public name and description (absent: derived when shown)."""
-    bounds = {"name": MAX_PUBLIC_NAME, "description": MAX_PUBLIC_DESCRIPTION}
-    return {
-        member: _text(obj[member], f"{path}.{member}", most)
-        for member, most in bounds.items()
-        if member in obj
-    }
-
-
-def _text(data: Any, path: str, most: int) -> str:
-    text = _string(data, path)
-    if len(text) > most:
-        raise SnapshotError(path, f"at most {most} characters")
-    return text
-
-
-def _object(
-    data: Any,
-    path: str,
-    keys: set[str],
-    optional: frozenset[str] | set[str] = frozenset(),
-) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise SnapshotError(path, "must be an object")
-    missing = keys - data.keys()
-    if missing:
-        raise SnapshotError(path, f"missing member(s): {', '.join(sorted(missing))}")
-    unknown = data.keys() - keys - optional
-    if unknown:
-        raise SnapshotError(path, f"unknown member(s): {', '.join(sorted(unknown))}")
-    return data
-
-
-def _mapping(data: Any, path: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise SnapshotError(path, "must be an object")
-    return data
-
-
-def _list(data: Any, path: str) -> list[Any]:
-    if not isinstance(data, list):
-        raise SnapshotError(path, "must be an array")
-    return data
-
-
-def _string(data: Any, path: str) -> str:
-    if not isinstance(data, str) or not data:
-        raise SnapshotError(path, "must be a non-empty string")
-    return data
-
-
-def _boolean(data: Any, path: str) -> bool:
-    if not isinstance(data, bool):
-        raise SnapshotError(path, "must be true or false")
-    return data
-
-
-def _integer(data: Any, path: str, *, minimum: int) -> int:
-    if isinstance(data, bool) or not isinstance(data, int):
-        raise SnapshotError(path, "must be an integer")
-    if data < minimum:
-        raise SnapshotError(path, f"must be at least {minimum}")
-    return data
-
-
-def _time(data: Any, path: str) -> datetime:
-    text = _string(data, path)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise SnapshotError(path, f"not an ISO 8601 time: {text!r}") from None
-    if moment.tzinfo is None:
-        raise SnapshotError(path, "must carry a time zone (UTC, 'Z')")
-    return moment.astimezone(UTC)
-
-
-def _enum(kind: type[_E], data: Any, path: str) -> _E:
-    try:
-        return kind(data)
-    except ValueError:
-        allowed = ", ".join(member.value for member in kind)
-        raise SnapshotError(path, f"{data!r} is not one of: {allowed}") from None

@@ -17,7 +17,9 @@ import pytest
 from sluice import (
     Limiter,
     LocalBuckets,
+    SnapshotError,
     rate_limit_headers,
+    reading,
     retry_after_seconds,
     validate_rules,
 )
@@ -34,7 +36,7 @@ from sluice.kinds import (
 )
 from sluice.kinds.gcra import Geometry, geometry
 from sluice.memory import MemoryStore
-from sluice.model import Dimension, Limit
+from sluice.model import Dimension, Limit, parse_limit, parse_rules
 from sluice.plans import compile_policy
 from sluice.testing import Clock
 from tests.client.factories import limit, policy, rules, snapshot
@@ -92,6 +94,13 @@ class Gap:
 class SpacingKind:
     name = "spacing"
     limit_type = Spacing
+
+    def parse(self, data: Any, path: str) -> Spacing:
+        obj = reading.members(data, path, {"kind", "dimension", "period"})
+        return Spacing(
+            reading.choice(Dimension, obj["dimension"], f"{path}.dimension"),
+            reading.integer(obj["period"], f"{path}.period", minimum=1),
+        )
 
     def problems(self, limit: Spacing, *, cost: int) -> list[tuple[str, str]]:
         return [(".period", "at least 1 s")] if limit.period < 1 else []
@@ -227,3 +236,27 @@ def test_gcra__shape_arguments_and_headers__the_scripts_units():
     # And it fits while a request's refill fits the capacity
     assert (shape.fits(3_600_000), shape.fits(3_600_001)) == (True, False)
     assert (shape.remaining(3_600_000), shape.wait(3_600_001)) == (2, 1)
+
+
+def test_kinds__a_kind_written_in_a_test__parsed_from_a_snapshot(spacing):
+    # Given rules holding the kind, written as a snapshot holds them
+    document = _spaced(10).to_json()
+    # Then the parser reads them back through the kind, without knowing it
+    assert parse_rules(document) == _spaced(10)
+    # and a bad member is named by its path, by the kind's own reading
+    bad = {"kind": "spacing", "dimension": "ip", "period": 0}
+    with pytest.raises(SnapshotError) as error:
+        parse_limit(bad, "p.limits[0]")
+    assert (error.value.path, error.value.message) == (
+        "p.limits[0].period",
+        "must be at least 1",
+    )
+
+
+def test_kinds__an_unknown_kind__names_the_registered_ones(spacing):
+    with pytest.raises(SnapshotError) as error:
+        parse_limit({"kind": "leaky"}, "p.limits[0]")
+    assert error.value.path == "p.limits[0].kind"
+    assert error.value.message == (
+        "'leaky' is not one of: gcra, sliding_window, calendar_quota, spacing"
+    )

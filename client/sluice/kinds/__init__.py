@@ -25,6 +25,7 @@ __all__ = [
     "Shape",
     "kind_of",
     "limit_order",
+    "named",
     "register",
     "registered",
     "unregister",
@@ -57,6 +58,14 @@ def unregister(kind: LimitKind) -> None:
 def registered() -> tuple[LimitKind, ...]:
     """Every registered kind, in registration order."""
     return tuple(_KINDS.values())
+
+
+def named(name: str) -> LimitKind | None:
+    """The registered kind called ``name`` (a limit's ``kind`` member), or None."""
+    for kind in _KINDS.values():
+        if kind.name == name:
+            return kind
+    return None
 
 
 def kind_of(limit: object) -> LimitKind:

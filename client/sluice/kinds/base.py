@@ -74,6 +74,12 @@ class LimitKind(Protocol):
     name: str  #: the kind's name in the format and the docs, e.g. ``gcra``
     limit_type: type[Any]  #: the value type of its limits
 
+    def parse(self, data: Any, path: str) -> Any:
+        """The limit in ``data``, its snapshot JSON (``to_json``, ``kind`` member
+        included); :class:`~sluice.errors.SnapshotError` names a bad member by its
+        path (``path`` + ``.member``). Read with :mod:`sluice.reading`."""
+        ...
+
     def problems(self, limit: Any, *, cost: int) -> list[tuple[str, str]]:
         """(member suffix, message) for each reason ``limit`` cannot be enforced for
         requests of ``cost`` (e.g. ``(".burst", "...")``); empty when it can."""

@@ -11,8 +11,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from sluice.quota import MAX_LEASE_MS, MAX_SHARDS, PERIODS, Limit
+from sluice import reading
+from sluice.quota import (
+    DEFAULT_LEASE_MS,
+    MAX_LEASE_MS,
+    MAX_SHARDS,
+    PERIODS,
+    Dimension,
+    Limit,
+)
 
 from .base import Advertised, Direction
 
@@ -77,6 +86,27 @@ class Gcra:
     name = "gcra"
     limit_type = Limit
 
+    def parse(self, data: Any, path: str) -> Limit:
+        """A bucket (``Limit.to_json``; ``kind`` optional: absent in every snapshot
+        before kinds); the hot-key options written only when set."""
+        obj = reading.members(data, path, _KEYS, _OPTIONAL)
+        cost = obj["cost"]
+        shards, lease, lease_ms = hot_options(obj, path)
+        return Limit(
+            dimension=reading.choice(Dimension, obj["dimension"], f"{path}.dimension"),
+            rate=reading.integer(obj["rate"], f"{path}.rate", minimum=1),
+            period=reading.period(obj["period"], f"{path}.period"),
+            burst=reading.integer(obj["burst"], f"{path}.burst", minimum=1),
+            cost=None
+            if cost is None
+            else reading.integer(cost, f"{path}.cost", minimum=1),
+            shadow=reading.boolean(obj["shadow"], f"{path}.shadow"),
+            shards=shards,
+            lease=lease,
+            lease_ms=lease_ms,
+            **reading.public(obj, path),
+        )
+
     def problems(self, limit: Limit, *, cost: int) -> list[tuple[str, str]]:
         """Depth for the request cost, and the hot-key options (shards, leases)."""
         if limit.burst < cost:
@@ -119,6 +149,22 @@ class Gcra:
         if cost_after < cost_before:
             return Direction.RAISED
         return Direction.UNCHANGED
+
+
+_KEYS = {"dimension", "rate", "period", "burst", "cost", "shadow"}
+_OPTIONAL = {"kind", "shards", "lease", "lease_ms", *reading.PUBLIC}
+
+
+def hot_options(obj: dict[str, Any], path: str) -> tuple[int, int, int]:
+    """shards, lease and lease_ms of a limit's JSON, at their defaults when absent
+    (a sliding window reads them too, for validation to refuse them by name)."""
+    return (
+        reading.integer(obj.get("shards", 1), f"{path}.shards", minimum=1),
+        reading.integer(obj.get("lease", 0), f"{path}.lease", minimum=0),
+        reading.integer(
+            obj.get("lease_ms", DEFAULT_LEASE_MS), f"{path}.lease_ms", minimum=1
+        ),
+    )
 
 
 def _shard_errors(limit: Limit, cost: int) -> list[tuple[str, str]]:

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
+from sluice import reading
 from sluice.calendar import UTC_RULE, period_bounds
-from sluice.quota import QUOTA_CYCLES, QUOTA_PERIODS, CalendarQuota
+from sluice.errors import SnapshotError
+from sluice.quota import QUOTA_CYCLES, QUOTA_PERIODS, CalendarQuota, Dimension
 
 from .base import Advertised, Direction
 
@@ -97,11 +100,38 @@ def quota_state(shape: Quota, used: int, end: int, now: int) -> int:
     return end * _MICROS - now + (shape.limit - shape.cost) * shape.tick
 
 
+_KEYS = {"kind", "dimension", "limit", "per", "cost", "shadow"}
+
+
+def _one_of(data: Any, path: str, allowed: tuple[str, ...]) -> str:
+    word = reading.string(data, path)
+    if word not in allowed:
+        raise SnapshotError(path, f"{word!r} is not one of: {', '.join(allowed)}")
+    return word
+
+
 class CalendarQuotaKind:
     """The calendar quota (:class:`~sluice.quota.CalendarQuota`)."""
 
     name = "calendar_quota"
     limit_type = CalendarQuota
+
+    def parse(self, data: Any, path: str) -> CalendarQuota:
+        """A quota (``CalendarQuota.to_json``; ``cycle`` absent: calendar)."""
+        obj = reading.members(data, path, _KEYS, {"cycle", *reading.PUBLIC})
+        cost = obj["cost"]
+        per = _one_of(obj["per"], f"{path}.per", tuple(QUOTA_PERIODS))
+        return CalendarQuota(
+            dimension=reading.choice(Dimension, obj["dimension"], f"{path}.dimension"),
+            limit=reading.integer(obj["limit"], f"{path}.limit", minimum=1),
+            per=per,
+            cycle=_one_of(obj.get("cycle", "calendar"), f"{path}.cycle", QUOTA_CYCLES),
+            cost=None
+            if cost is None
+            else reading.integer(cost, f"{path}.cost", minimum=1),
+            shadow=reading.boolean(obj["shadow"], f"{path}.shadow"),
+            **reading.public(obj, path),
+        )
 
     def problems(self, limit: CalendarQuota, *, cost: int) -> list[tuple[str, str]]:
         """A known period and cycle, and a limit that holds the request cost."""

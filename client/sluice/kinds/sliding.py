@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from sluice.quota import PERIODS, SlidingWindow
+from sluice import reading
+from sluice.quota import PERIODS, Dimension, SlidingWindow
 
 from .base import Advertised, Direction
+from .gcra import hot_options
 
 __all__ = ["SLIDING_WINDOW", "Sliding", "SlidingKind", "sliding_count", "sliding_state"]
 
 _MICROS = 1_000_000
+_KEYS = {"kind", "dimension", "limit", "window", "cost", "shadow"}
 _HOT = "hot-key options (shards, leases) are for GCRA limits only: a sliding window is one key"
 
 
@@ -102,6 +106,28 @@ class SlidingKind:
 
     name = "sliding_window"
     limit_type = SlidingWindow
+
+    def parse(self, data: Any, path: str) -> SlidingWindow:
+        """A window (``SlidingWindow.to_json``); hot-key options read for validation
+        to refuse them by name."""
+        obj = reading.members(
+            data, path, _KEYS, {"shards", "lease", "lease_ms", *reading.PUBLIC}
+        )
+        cost = obj["cost"]
+        shards, lease, lease_ms = hot_options(obj, path)
+        return SlidingWindow(
+            dimension=reading.choice(Dimension, obj["dimension"], f"{path}.dimension"),
+            limit=reading.integer(obj["limit"], f"{path}.limit", minimum=1),
+            window=reading.period(obj["window"], f"{path}.window"),
+            cost=None
+            if cost is None
+            else reading.integer(cost, f"{path}.cost", minimum=1),
+            shadow=reading.boolean(obj["shadow"], f"{path}.shadow"),
+            shards=shards,
+            lease=lease,
+            lease_ms=lease_ms,
+            **reading.public(obj, path),
+        )
 
     def problems(self, limit: SlidingWindow, *, cost: int) -> list[tuple[str, str]]:
         """A window that holds the request cost, and no hot-key option."""
