@@ -14,6 +14,7 @@ the engine compiles it again: no boundary is computed per request.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import cast
 
@@ -89,15 +90,17 @@ def compile_policy(
     share: int = 1,
     calendar: Calendar | None = None,
     zone_rule: str = UTC_RULE,
-    now: float = 0.0,
+    now: float | None = None,
 ) -> PolicyPlan:
     """Compile ``policy`` for requests of ``cost`` (``share``: see :meth:`.LimitKind.shape`).
 
     Each limit's kind gives its shape, its script arguments and its headers. A
     calendar quota counts in the period holding ``now`` (epoch seconds, the
-    caller's clock) of ``calendar`` (None: UTC, billing day 1), whose zone has
-    the POSIX rule ``zone_rule``.
+    caller's clock; None: this machine's) of ``calendar`` (None: UTC, billing
+    day 1), whose zone has the POSIX rule ``zone_rule``.
     """
+    if now is None:
+        now = time.time()
     plans: list[LimitPlan] = []
     args: list[bytes] = []
     valid_until = float("inf")
