@@ -315,12 +315,6 @@ _SUBJECT_WORDS: Mapping[Dimension, str] = {
 }
 
 
-def _quota_words(limit: CalendarQuota) -> str:
-    """``daily quota``, ``monthly quota`` or ``monthly quota (billing cycle)``."""
-    words = "daily quota" if limit.per == "day" else "monthly quota"
-    return words + (" (billing cycle)" if limit.cycle == "billing" else "")
-
-
 def _requests(count: int) -> str:
     return f"{count:,} request" + ("" if count == 1 else "s")
 
