@@ -36,6 +36,7 @@ __all__ = [
     "limit_in_words",
     "public_description",
     "public_name",
+    "quota_name",
 ]
 
 MAX_PUBLIC_NAME = 80  #: characters of a limit's public name
@@ -361,8 +362,15 @@ def _window_public(limit: SlidingWindow, subject: str) -> str:
     return f"{_requests(limit.limit)} in any {PERIOD_WORDS[limit.window]} {subject}"
 
 
+def quota_name(limit: CalendarQuota) -> str:
+    """``daily quota``, ``monthly quota`` or ``monthly quota (billing cycle)``."""
+    if limit.per == "day":
+        return "daily quota"
+    return "monthly quota" + (" (billing cycle)" if limit.cycle == "billing" else "")
+
+
 def _quota_terse(limit: CalendarQuota) -> str:
-    text = f"{_quota_words(limit)} of {_requests(limit.limit)}"
+    text = f"{quota_name(limit)} of {_requests(limit.limit)}"
     return text + _cost(limit)
 
 

@@ -23,6 +23,7 @@ from sluice.model import (
     limit_order,
     parse_concurrency,
     parse_limit,
+    quota_name,
 )
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "cap_changes",
     "everything",
     "limit_changes",
-    "quota_name",
 ]
 
 _LIMIT_FIELDS = ("rate", "burst", "cost", "shadow", "shards", "lease", "lease_ms")
@@ -154,15 +154,6 @@ def _rate_fields(before: RateLimit, after: RateLimit) -> tuple[FieldChange, ...]
         FieldChange(f, getattr(before, f), getattr(after, f))
         for f in names
         if getattr(before, f) != getattr(after, f)
-    )
-
-
-def quota_name(quota: CalendarQuota) -> str:
-    """``daily quota``, ``monthly quota`` or ``monthly quota (billing cycle)``."""
-    if quota.per == "day":
-        return "daily quota"
-    return (
-        "monthly quota (billing cycle)" if quota.cycle == "billing" else "monthly quota"
     )
 
 

@@ -87,6 +87,7 @@ from sluice.quota import (
     limit_in_words,
     public_description,
     public_name,
+    quota_name,
 )
 from sluice.resolver import (
     Candidate,
@@ -202,6 +203,7 @@ __all__ = [
     "policy_ref",
     "public_description",
     "public_name",
+    "quota_name",
     "register",
     "registered",
     "resolve",
