@@ -416,3 +416,48 @@ def test_tenant_change__time_zone_and_billing_day__proposed_then_published_with_
         "UTC",
         "America/New_York",
     )
+
+
+def test_policy_add__calendar_quota__proposed_in_the_snapshot_words(
+    client, product_user
+):
+    # Given a product person and a tier
+    tier = TierFactory(slug="pro")
+    client.force_login(product_user)
+    # When they add a policy holding a bucket and 10,000 a month on the billing cycle
+    quota = {
+        "kind": "calendar_quota",
+        "rate": "10000",
+        "period": "",
+        "quota_per": "month",
+        "quota_cycle": "billing",
+    }
+    form = _policy_form(
+        ScopeKind.TIER, [{"rate": "5", "burst": "10"}, quota], tier=tier.pk
+    )
+    response = client.post(_url("policy", action="add"), form)
+    # Then the draft's edit holds the quota as the snapshot says it
+    assert response.status_code == 302, response.content.decode()[:3000]
+    (edit,) = ChangeRequest.objects.get(author=product_user).edits.all()
+    assert {
+        "kind": "calendar_quota",
+        "dimension": "tenant",
+        "limit": 10000,
+        "per": "month",
+        "cycle": "billing",
+        "cost": None,
+        "shadow": False,
+    } in edit.after["limits"]
+
+
+def test_policy_add__calendar_quota_with_a_burst__error_by_field_nothing_saved(
+    client, product_user
+):
+    tier = TierFactory(slug="pro")
+    client.force_login(product_user)
+    quota = {"kind": "calendar_quota", "rate": "100", "burst": "5", "quota_per": "day"}
+    form = _policy_form(ScopeKind.TIER, [quota], tier=tier.pk)
+    response = client.post(_url("policy", action="add"), form)
+    assert response.status_code == 200
+    assert "A calendar quota has no burst" in response.content.decode()
+    assert not ChangeRequest.objects.exists()

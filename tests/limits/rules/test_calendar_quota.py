@@ -244,3 +244,44 @@ def test_rollback__quota_and_calendar_changed__restored_exactly(rules, publisher
         "month",
         "billing",
     )
+
+
+@pytest.fixture
+def quota_live(rules, publisher, settings):
+    """Version 1: pro on orders.read holds 10,000 a month per tenant; then the
+    notice period is back (14 days)."""
+    services.policy_save(
+        policy=pro_policy(rules), limits=[quota_row()], actor=publisher
+    )
+    version = snapshot_publish(actor=publisher, message="v1")
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 14
+    return version
+
+
+def test_snapshot_publish__quota_lowered_now__refused_for_the_notice_period(
+    quota_live, publisher
+):
+    from limits.publishing.notice import NoticePeriodTooShort
+
+    # Given the quota lowered from 10,000 to 5,000 a month
+    Limit.objects.filter(kind=LimitKind.CALENDAR_QUOTA).update(rate=5000)
+    # When it is published to take effect now, then the notice period refuses it
+    with pytest.raises(NoticePeriodTooShort) as caught:
+        snapshot_publish(actor=publisher, message="lower")
+    assert "monthly quota (billing cycle) lowered from 10,000 to 5,000 calls" in str(
+        caught.value
+    )
+
+
+def test_snapshot_publish__tenant_calendar_moved_now__published_and_said(
+    quota_live, publisher
+):
+    # Given acme moved to Tokyo: a change of its quotas' periods, not a lowering
+    Tenant.objects.filter(slug="acme").update(time_zone="Asia/Tokyo")
+    # When it is published now, then it is, and its diff says it in words
+    version = snapshot_publish(actor=publisher, message="acme in Tokyo")
+    (change,) = version.diff["changes"]
+    assert change["text"].startswith("tenant acme calendar: time zone UTC → Asia/Tokyo")
+    assert json.loads(bytes(version.content))["rules"]["zones"] == {
+        "Asia/Tokyo": "JST-9"
+    }
