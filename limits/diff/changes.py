@@ -168,19 +168,16 @@ def _calendar_said(calendar: Calendar) -> str:
 
 
 def _calendar_moved(before: Calendar, after: Calendar) -> str:
-    """``time zone UTC → Europe/Paris, billing day 1 → 17: its calendar quotas'
-    days and months now start ...``: what moved, and what it means for quotas."""
+    """``calendar: time zone UTC → Europe/Paris, billing day 1 → 17 (its calendar
+    quotas reset at local midnight in Europe/Paris, billing cycles on day 17)``."""
     moved = ", ".join(
         f"{field.field.replace('_', ' ')} {field.before} → {field.after}"
         for field in _calendar_fields(before, after)
     )
-    starts = [f"local midnight in {after.zone}"]
+    said = f"its calendar quotas reset at local midnight in {after.zone}"
     if after.billing_day != before.billing_day:
-        starts.append(f"billing cycles on day {after.billing_day} of the month")
-    return (
-        f"calendar: {moved} (its calendar quotas' periods move: days and months "
-        f"start at {' and '.join(starts)})"
-    )
+        said += f", billing cycles on day {after.billing_day}"
+    return f"calendar: {moved} ({said})"
 
 
 def route_change(

@@ -95,8 +95,6 @@ def parse_time(text: str) -> datetime:
 
 # -- tenants' calendars ------------------------------------------------------------
 
-_NO_CALENDAR = sluice_model.Calendar()
-
 
 def tenant_calendar(doc: Mapping[str, Any]) -> sluice_model.Calendar:
     """The calendar of a tenant document (UTC and day 1 when it names none)."""
@@ -445,7 +443,7 @@ def documents_of_rules(
             "name": tenant_name,
             "tier": tier,
             "contacts": list(contacts),
-            **calendar_members(rules.calendars.get(slug, _NO_CALENDAR)),
+            **calendar_members(rules.calendar(slug)),
         }
     for slug, route in rules.routes.items():
         (description,) = routes.get(slug, ("",))
@@ -475,9 +473,9 @@ def document_in(rules: sluice_model.Rules, subject: str, key: str) -> Document |
         tenants={key: value} if subject == "tenant" else {},
         routes={key: value} if subject == "route" else {},
         policies=(),
-        calendars={
-            k: v for k, v in rules.calendars.items() if subject == "tenant" and k == key
-        },
+        calendars={key: rules.calendars[key]}
+        if subject == "tenant" and key in rules.calendars
+        else {},
     )
     docs = documents_of_rules(single, only={part: [key]})
     return docs.of(subject)[key]
@@ -596,8 +594,7 @@ def value_in(
         return rules.tiers.get(key)
     if subject == "tenant":
         tier = rules.tenants.get(key)
-        calendar = rules.calendars.get(key, _NO_CALENDAR)
-        return None if tier is None else _tenant_value(tier, calendar)
+        return None if tier is None else _tenant_value(tier, rules.calendar(key))
     if subject == "route":
         route = rules.routes.get(key)
         return route.to_json() if route else None

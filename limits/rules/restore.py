@@ -26,9 +26,6 @@ from sluice import model as sluice_model
 
 __all__ = ["working_copy_restore"]
 
-#: A tenant the snapshot's ``calendars`` leave out: UTC, billing day 1.
-_NO_CALENDAR = sluice_model.Calendar()
-
 
 def working_copy_restore(
     *, rules: sluice_model.Rules, actor: Actor, reason: str
@@ -86,7 +83,7 @@ def _restore_tenants(rules, tiers, actor, reason) -> dict[str, models.Tenant]:
     rows = {t.slug: t for t in models.Tenant.objects.select_related("tier")}
     for slug, tier in rules.tenants.items():
         row = rows.get(slug) or models.Tenant(slug=slug, name=slug)
-        calendar = rules.calendars.get(slug, _NO_CALENDAR)
+        calendar = rules.calendar(slug)
         if (
             row.pk is None
             or row.tier.slug != tier
