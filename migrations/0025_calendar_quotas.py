@@ -6,56 +6,176 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('limits', '0024_limit_kind_sliding_window'),
+        ("limits", "0024_limit_kind_sliding_window"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='limit',
-            name='limits_limit_numbers_by_kind',
+            model_name="limit",
+            name="limits_limit_numbers_by_kind",
         ),
         migrations.AddField(
-            model_name='limit',
-            name='quota_cycle',
-            field=models.CharField(blank=True, choices=[('calendar', "calendar: midnight, the 1st, in the tenant's time zone"), ('billing', "billing cycle: from the tenant's billing day")], default='', help_text="Calendar quotas per month: from the 1st (calendar, the default) or from the tenant's billing day (billing).", max_length=8, verbose_name='quota cycle'),
+            model_name="limit",
+            name="quota_cycle",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    (
+                        "calendar",
+                        "calendar: midnight, the 1st, in the tenant's time zone",
+                    ),
+                    ("billing", "billing cycle: from the tenant's billing day"),
+                ],
+                default="",
+                help_text="Calendar quotas per month: from the 1st (calendar, the default) or from the tenant's billing day (billing).",
+                max_length=8,
+                verbose_name="quota cycle",
+            ),
         ),
         migrations.AddField(
-            model_name='limit',
-            name='quota_per',
-            field=models.CharField(blank=True, choices=[('day', 'per day'), ('month', 'per month')], default='', help_text="Calendar quotas: a day or a month, from midnight in the tenant's time zone.", max_length=5, verbose_name='quota per'),
+            model_name="limit",
+            name="quota_per",
+            field=models.CharField(
+                blank=True,
+                choices=[("day", "per day"), ("month", "per month")],
+                default="",
+                help_text="Calendar quotas: a day or a month, from midnight in the tenant's time zone.",
+                max_length=5,
+                verbose_name="quota per",
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='billing_day',
-            field=models.PositiveSmallIntegerField(default=1, help_text='Day of the month billing cycles start on (1-31; 31 is the last day of shorter months).', validators=[django.core.validators.MinValueValidator(1, 'Must be at least 1.'), django.core.validators.MaxValueValidator(31, 'Must be at most 31.')]),
+            model_name="tenant",
+            name="billing_day",
+            field=models.PositiveSmallIntegerField(
+                default=1,
+                help_text="Day of the month billing cycles start on (1-31; 31 is the last day of shorter months).",
+                validators=[
+                    django.core.validators.MinValueValidator(1, "Must be at least 1."),
+                    django.core.validators.MaxValueValidator(31, "Must be at most 31."),
+                ],
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='time_zone',
-            field=models.CharField(default='UTC', help_text='IANA time zone (Europe/Paris): calendar quotas reset at local midnight.', max_length=64, validators=[limits.core.zones.validate_time_zone]),
+            model_name="tenant",
+            name="time_zone",
+            field=models.CharField(
+                default="UTC",
+                help_text="IANA time zone (Europe/Paris): calendar quotas reset at local midnight.",
+                max_length=64,
+                validators=[limits.core.zones.validate_time_zone],
+            ),
         ),
         migrations.AlterField(
-            model_name='limit',
-            name='kind',
-            field=models.CharField(choices=[('rate', 'rate: a token bucket'), ('sliding_window', 'sliding window: at most N in any window'), ('calendar_quota', 'calendar quota: at most N per day or month'), ('concurrent', 'concurrent: requests in flight at once')], default='rate', max_length=14),
+            model_name="limit",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("rate", "rate: a token bucket"),
+                    ("sliding_window", "sliding window: at most N in any window"),
+                    ("calendar_quota", "calendar quota: at most N per day or month"),
+                    ("concurrent", "concurrent: requests in flight at once"),
+                ],
+                default="rate",
+                max_length=14,
+            ),
         ),
         migrations.AlterField(
-            model_name='limit',
-            name='rate',
-            field=models.PositiveIntegerField(blank=True, help_text='Requests (tokens) per period; for a sliding window, the most admitted in any period; for a calendar quota, per day or month.', null=True, validators=[django.core.validators.MinValueValidator(1, 'Must be at least 1.')]),
+            model_name="limit",
+            name="rate",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Requests (tokens) per period; for a sliding window, the most admitted in any period; for a calendar quota, per day or month.",
+                null=True,
+                validators=[
+                    django.core.validators.MinValueValidator(1, "Must be at least 1.")
+                ],
+            ),
         ),
         migrations.AddConstraint(
-            model_name='limit',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'rate'), ('burst__gte', 1), ('period__isnull', False), ('rate__gte', 1), models.Q(('cost__isnull', True), ('cost__gte', 1), _connector='OR'), ('max_inflight__isnull', True), ('quota_cycle', ''), ('quota_per', '')), models.Q(('kind', 'sliding_window'), ('burst__isnull', True), ('period__isnull', False), ('rate__gte', 1), models.Q(('cost__isnull', True), ('cost__gte', 1), _connector='OR'), ('lease', 0), ('max_inflight__isnull', True), ('shards', 1), ('quota_cycle', ''), ('quota_per', '')), models.Q(('kind', 'calendar_quota'), ('burst__isnull', True), ('period__isnull', True), ('rate__gte', 1), models.Q(('cost__isnull', True), ('cost__gte', 1), _connector='OR'), ('lease', 0), ('max_inflight__isnull', True), ('shards', 1), models.Q(models.Q(('quota_cycle', 'calendar'), ('quota_per', 'day')), models.Q(('quota_cycle__in', ['calendar', 'billing']), ('quota_per', 'month')), _connector='OR')), models.Q(('kind', 'concurrent'), ('burst__isnull', True), ('max_inflight__gte', 1), ('rate__isnull', True), ('cost__isnull', True), ('lease', 0), ('period__isnull', True), ('shards', 1), ('quota_cycle', ''), ('quota_per', '')), _connector='OR'), name='limits_limit_numbers_by_kind', violation_error_message='A rate limit needs a rate, a period and a burst of at least 1; a sliding window needs a rate (its limit) and a period (its window), and no burst, shards or lease; a calendar quota needs a rate (its limit) and a quota per (day, or month on the calendar or billing cycle), and no period, burst, shards or lease; a concurrent limit needs a max in flight of at least 1 and nothing else.'),
+            model_name="limit",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(
+                        ("kind", "rate"),
+                        ("burst__gte", 1),
+                        ("period__isnull", False),
+                        ("rate__gte", 1),
+                        models.Q(
+                            ("cost__isnull", True), ("cost__gte", 1), _connector="OR"
+                        ),
+                        ("max_inflight__isnull", True),
+                        ("quota_cycle", ""),
+                        ("quota_per", ""),
+                    ),
+                    models.Q(
+                        ("kind", "sliding_window"),
+                        ("burst__isnull", True),
+                        ("period__isnull", False),
+                        ("rate__gte", 1),
+                        models.Q(
+                            ("cost__isnull", True), ("cost__gte", 1), _connector="OR"
+                        ),
+                        ("lease", 0),
+                        ("max_inflight__isnull", True),
+                        ("shards", 1),
+                        ("quota_cycle", ""),
+                        ("quota_per", ""),
+                    ),
+                    models.Q(
+                        ("kind", "calendar_quota"),
+                        ("burst__isnull", True),
+                        ("period__isnull", True),
+                        ("rate__gte", 1),
+                        models.Q(
+                            ("cost__isnull", True), ("cost__gte", 1), _connector="OR"
+                        ),
+                        ("lease", 0),
+                        ("max_inflight__isnull", True),
+                        ("shards", 1),
+                        models.Q(
+                            models.Q(("quota_cycle", "calendar"), ("quota_per", "day")),
+                            models.Q(
+                                ("quota_cycle__in", ["calendar", "billing"]),
+                                ("quota_per", "month"),
+                            ),
+                            _connector="OR",
+                        ),
+                    ),
+                    models.Q(
+                        ("kind", "concurrent"),
+                        ("burst__isnull", True),
+                        ("max_inflight__gte", 1),
+                        ("rate__isnull", True),
+                        ("cost__isnull", True),
+                        ("lease", 0),
+                        ("period__isnull", True),
+                        ("shards", 1),
+                        ("quota_cycle", ""),
+                        ("quota_per", ""),
+                    ),
+                    _connector="OR",
+                ),
+                name="limits_limit_numbers_by_kind",
+                violation_error_message="A rate limit needs a rate, a period and a burst of at least 1; a sliding window needs a rate (its limit) and a period (its window), and no burst, shards or lease; a calendar quota needs a rate (its limit) and a quota per (day, or month on the calendar or billing cycle), and no period, burst, shards or lease; a concurrent limit needs a max in flight of at least 1 and nothing else.",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='limit',
-            constraint=models.UniqueConstraint(condition=models.Q(('kind', 'calendar_quota')), fields=('policy', 'dimension', 'quota_per', 'quota_cycle'), name='limits_limit_unique_policy_dimension_quota', violation_error_message='This policy already has a calendar quota for this dimension and period.'),
+            model_name="limit",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("kind", "calendar_quota")),
+                fields=("policy", "dimension", "quota_per", "quota_cycle"),
+                name="limits_limit_unique_policy_dimension_quota",
+                violation_error_message="This policy already has a calendar quota for this dimension and period.",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='tenant',
-            constraint=models.CheckConstraint(condition=models.Q(('billing_day__gte', 1), ('billing_day__lte', 31)), name='limits_tenant_billing_day_of_a_month', violation_error_message='The billing day is a day of the month, 1 to 31.'),
+            model_name="tenant",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("billing_day__gte", 1), ("billing_day__lte", 31)),
+                name="limits_tenant_billing_day_of_a_month",
+                violation_error_message="The billing day is a day of the month, 1 to 31.",
+            ),
         ),
     ]
