@@ -216,6 +216,13 @@ class LimitInline(admin.StackedInline):
     extra = 0
     min_num = 1
 
+    def get_fieldsets(self, request, obj=None):
+        if self.has_change_permission(request, obj):
+            return self.fieldsets
+        # Read only: each limit in its kind's words, not the settings of every kind.
+        (_, first), *_, public = self.fieldsets
+        return ((None, {"fields": (first["fields"][0], "reads_as")}), public)
+
     @admin.display(description="reads as")
     def reads_as(self, limit):
         return limit.describe() if limit.pk else "—"

@@ -129,3 +129,17 @@ def test_limit_form__existing_window__shown_in_its_words(client, product_user):
 def test_limit_form__every_kind__has_its_settings_in_the_mapping():
     # Given the kinds a limit can have / Then the form knows what each one shows
     assert set(KINDS) == set(LimitKind.values)
+
+
+def test_limit_form__viewer__each_limit_read_in_its_kinds_words(client, viewer_user):
+    # Given a tier policy with a sliding window
+    policy = PolicyFactory(tier=TierFactory(slug="pro"), limit=None)
+    policy.limits.create(kind="sliding_window", dimension="user", rate=100, period=60)
+    # When a viewer opens it
+    client.force_login(viewer_user)
+    url = reverse("admin:limits_policy_change", args=[policy.pk])
+    page = client.get(url).content.decode()
+    # Then the limit reads as a window, with none of a bucket's settings beside it
+    assert "per user: 100 requests per minute, sliding window" in page
+    assert "field-burst" not in page
+    assert "field-max_inflight" not in page
