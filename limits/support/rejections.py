@@ -26,8 +26,8 @@ from limits.models import DecisionPeak, Snapshot
 from limits.versions.selectors import snapshot_in_force_at, snapshot_rules
 from sluice.model import (
     PERIOD_WORDS,
-    CalendarQuota,
     Dimension,
+    Limit,
     Resolution,
     Resolver,
     Sliding,
@@ -140,11 +140,9 @@ def rejection_explain(
     seconds = _seconds_before(tenant, None if shared else route, at)
     plan = compile_policy(policy, cost=resolution.cost)
     enforced = [p for p in plan.limits if not p.limit.shadow]
+    # Buckets and windows are judged, each by its rule; other kinds are left out.
     verdicts = [
-        _verdict(p, seconds, limit)
-        for p in enforced
-        # a calendar quota's count runs over its whole day or month: not judged here
-        if not isinstance(p.limit, SlidingWindow | CalendarQuota)
+        _verdict(p, seconds, limit) for p in enforced if isinstance(p.limit, Limit)
     ]
     windows = [
         _window_verdict(p, seconds, limit)

@@ -26,6 +26,7 @@ from sluice.model import (
     CalendarQuota,
     ConcurrencyLimit,
     Dimension,
+    Limit,
     Policy,
     Resolution,
     Resolver,
@@ -178,9 +179,11 @@ def _add_usage(
                 or limit.shadow
             ):
                 continue
+            # Kinds read here: GCRA buckets (unsharded) and sliding windows; any
+            # other kind is left out rather than read with their arithmetic.
             if isinstance(limit, SlidingWindow):
                 windows.append((shown, bucket))
-            elif limit.shards == 1:
+            elif isinstance(limit, Limit) and limit.shards == 1:
                 buckets.append((shown, bucket))
     try:
         _read_buckets(buckets)
