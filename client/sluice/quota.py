@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 __all__ = [
     "DEFAULT_LEASE_MS",
@@ -32,11 +32,12 @@ __all__ = [
     "Limit",
     "RateLimit",
     "SlidingWindow",
+    "cost_phrase",
     "describe_limit",
     "limit_in_words",
     "public_description",
     "public_name",
-    "quota_name",
+    "requests_phrase",
 ]
 
 MAX_PUBLIC_NAME = 80  #: characters of a limit's public name
@@ -295,9 +296,10 @@ def _public_members(limit: RateLimit | ConcurrencyLimit, data: dict[str, Any]) -
 
 def describe_limit(limit: RateLimit | ConcurrencyLimit) -> str:
     """Say a limit the way people do: ``per user: 100 / s, burst 200``, each kind in
-    its own words (:data:`_WORDS`): ``per user: 100 requests per minute, sliding window``."""
+    its own words (:meth:`.LimitKind.terse`): ``per user: 100 requests per minute,
+    sliding window``."""
     subject = f"per {limit.dimension.value.replace('_', ' ')}"
-    text = f"{subject}: {_WORDS[type(limit)].terse(limit)}"
+    text = f"{subject}: {_words(limit)[0]}"
     return text + (" (shadow)" if limit.shadow else "")
 
 
@@ -316,7 +318,8 @@ _SUBJECT_WORDS: Mapping[Dimension, str] = {
 }
 
 
-def _requests(count: int) -> str:
+def requests_phrase(count: int) -> str:
+    """``1 request``, ``10,000 requests``."""
     return f"{count:,} request" + ("" if count == 1 else "s")
 
 
@@ -326,57 +329,16 @@ def limit_in_words(limit: RateLimit | ConcurrencyLimit) -> str:
     The default public description of a limit: the 429's ``detail``, the tenant
     page and the changelog say a limit this way unless it was given its own.
     """
-    text = _WORDS[type(limit)].public(limit, _SUBJECT_WORDS[limit.dimension])
+    text = _words(limit)[1](_SUBJECT_WORDS[limit.dimension])
     cost = getattr(limit, "cost", None)
     if cost is not None and cost != 1:
         text += f"; each request counts as {cost:,}"
     return text
 
 
-def _cost(limit: Limit | SlidingWindow | CalendarQuota) -> str:
+def cost_phrase(limit: Any) -> str:
+    """``, cost 5`` for a rate limit with its own cost, else nothing (terse words)."""
     return "" if limit.cost is None else f", cost {limit.cost}"
-
-
-def _bucket_terse(limit: Limit) -> str:
-    text = f"{limit.rate:,} / {PERIODS[limit.period]}, burst {limit.burst:,}"
-    text += _cost(limit)
-    if limit.shards > 1:
-        text += f", {limit.shards} shards"
-    if limit.lease:
-        text += f", leases of {limit.lease:,} for {limit.lease_ms:,} ms"
-    return text
-
-
-def _bucket_public(limit: Limit, subject: str) -> str:
-    text = f"{_requests(limit.rate)} per {PERIOD_WORDS[limit.period]} {subject}"
-    return text + f", bursts of {limit.burst:,}"
-
-
-def _window_terse(limit: SlidingWindow) -> str:
-    text = f"{_requests(limit.limit)} per {PERIOD_WORDS[limit.window]}, sliding window"
-    return text + _cost(limit)
-
-
-def _window_public(limit: SlidingWindow, subject: str) -> str:
-    # No burst: any window holds at most the limit.
-    return f"{_requests(limit.limit)} in any {PERIOD_WORDS[limit.window]} {subject}"
-
-
-def quota_name(limit: CalendarQuota) -> str:
-    """``daily quota``, ``monthly quota`` or ``monthly quota (billing cycle)``."""
-    if limit.per == "day":
-        return "daily quota"
-    return "monthly quota" + (" (billing cycle)" if limit.cycle == "billing" else "")
-
-
-def _quota_terse(limit: CalendarQuota) -> str:
-    text = f"{quota_name(limit)} of {_requests(limit.limit)}"
-    return text + _cost(limit)
-
-
-def _quota_public(limit: CalendarQuota, subject: str) -> str:
-    period = "billing month" if limit.cycle == "billing" else limit.per
-    return f"{_requests(limit.limit)} per {period} {subject}"
 
 
 def _cap_terse(limit: ConcurrencyLimit) -> str:
@@ -385,26 +347,19 @@ def _cap_terse(limit: ConcurrencyLimit) -> str:
 
 
 def _cap_public(limit: ConcurrencyLimit, subject: str) -> str:
-    return f"at most {_requests(limit.max_inflight)} in flight {subject}"
+    return f"at most {requests_phrase(limit.max_inflight)} in flight {subject}"
 
 
-class _Words(NamedTuple):
-    """How one kind of limit is said."""
+def _words(limit: RateLimit | ConcurrencyLimit) -> tuple[str, Callable[[str], str]]:
+    """A limit's terse words, and how to say it to customers given its subject: a
+    concurrency cap's here, a rate limit's by its kind (``LimitKind.terse`` and
+    ``in_words``), so a new kind brings its words with it."""
+    if isinstance(limit, ConcurrencyLimit):
+        return _cap_terse(limit), lambda subject: _cap_public(limit, subject)
+    from sluice.kinds import kind_of  # the kinds import this module's value types
 
-    #: to people who set limits, after its subject: ``100 / s, burst 200``
-    terse: Callable[[Any], str]
-    #: to customers, given its subject: ``100 requests per second per user, ...``
-    public: Callable[[Any, str], str]
-
-
-#: Each kind's words, by value type: the one place that says a kind of limit
-#: (the admin, the diff, the changelog, announcements and the 429 ask here).
-_WORDS: Mapping[type, _Words] = {
-    Limit: _Words(_bucket_terse, _bucket_public),
-    SlidingWindow: _Words(_window_terse, _window_public),
-    CalendarQuota: _Words(_quota_terse, _quota_public),
-    ConcurrencyLimit: _Words(_cap_terse, _cap_public),
-}
+    kind = kind_of(limit)
+    return kind.terse(limit), lambda subject: kind.in_words(limit, subject)
 
 
 def public_name(limit: RateLimit | ConcurrencyLimit) -> str:

@@ -36,7 +36,14 @@ from sluice.kinds import (
 )
 from sluice.kinds.gcra import Geometry, geometry
 from sluice.memory import MemoryStore
-from sluice.model import Dimension, Limit, parse_limit, parse_rules
+from sluice.model import (
+    Dimension,
+    Limit,
+    describe_limit,
+    limit_in_words,
+    parse_limit,
+    parse_rules,
+)
 from sluice.plans import compile_policy
 from sluice.testing import Clock
 from tests.client.factories import limit, policy, rules, snapshot
@@ -115,6 +122,12 @@ class SpacingKind:
     def advertised(self, limit: Spacing, shape: Gap) -> Advertised:
         return Advertised(f"{limit.dimension.value}-spacing", 1, limit.period)
 
+    def terse(self, limit: Spacing) -> str:
+        return f"one request per {limit.period} s"
+
+    def in_words(self, limit: Spacing, subject: str) -> str:
+        return f"one request every {limit.period} seconds {subject}"
+
     def direction(
         self, before: Spacing, after: Spacing, *, route_cost: int
     ) -> Direction:
@@ -191,6 +204,9 @@ def test_kinds__a_kind_written_in_a_test__validated_and_compared(spacing):
     # And the kind says which way a change goes
     before, after = Spacing(Dimension.IP, 10), Spacing(Dimension.IP, 30)
     assert kind_of(before).direction(before, after, route_cost=1) is Direction.LOWERED
+    # And the admin, the diff, the changelog and the 429 say it in the kind's words
+    assert describe_limit(before) == "per ip: one request per 10 s"
+    assert limit_in_words(before) == "one request every 10 seconds per IP address"
 
 
 def test_kinds__registering_a_second_kind_for_a_type__refused(spacing):

@@ -99,6 +99,17 @@ class LimitKind(Protocol):
         """The limit's ``RateLimit-Policy`` item."""
         ...
 
+    def terse(self, limit: Any) -> str:
+        """``limit`` for the people who set limits, after its subject (the admin,
+        the diff): ``100 / s, burst 200``; its cost and options included."""
+        ...
+
+    def in_words(self, limit: Any, subject: str) -> str:
+        """``limit`` as customers read it, given its ``subject`` (``per user``): the
+        429's detail, the changelog, ``100 requests per second per user, bursts of
+        5``; the request cost is added by the caller."""
+        ...
+
     def direction(self, before: Any, after: Any, *, route_cost: int) -> Direction:
         """Which way changing ``before`` into ``after`` (same subject) moves a client:
         any move against the client is a lowering, even if another member rose."""

@@ -18,9 +18,12 @@ from sluice.quota import (
     DEFAULT_LEASE_MS,
     MAX_LEASE_MS,
     MAX_SHARDS,
+    PERIOD_WORDS,
     PERIODS,
     Dimension,
     Limit,
+    cost_phrase,
+    requests_phrase,
 )
 
 from .base import Advertised, Direction
@@ -135,6 +138,21 @@ class Gcra:
             shape.capacity // shape.tick * limit.shards,
             -(-shape.capacity // _MICROS),
         )
+
+    def terse(self, limit: Limit) -> str:
+        """``100 / s, burst 200``, then its cost and hot-key options."""
+        text = f"{limit.rate:,} / {PERIODS[limit.period]}, burst {limit.burst:,}"
+        text += cost_phrase(limit)
+        if limit.shards > 1:
+            text += f", {limit.shards} shards"
+        if limit.lease:
+            text += f", leases of {limit.lease:,} for {limit.lease_ms:,} ms"
+        return text
+
+    def in_words(self, limit: Limit, subject: str) -> str:
+        """``2 requests per second per user, bursts of 5``."""
+        text = f"{requests_phrase(limit.rate)} per {PERIOD_WORDS[limit.period]}"
+        return f"{text} {subject}, bursts of {limit.burst:,}"
 
     def direction(self, before: Limit, after: Limit, *, route_cost: int) -> Direction:
         """Against the client: a lower rate, a smaller burst, a higher cost per request."""

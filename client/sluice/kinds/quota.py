@@ -31,11 +31,25 @@ from typing import Any
 from sluice import reading
 from sluice.calendar import UTC_RULE, period_bounds
 from sluice.errors import SnapshotError
-from sluice.quota import QUOTA_CYCLES, QUOTA_PERIODS, CalendarQuota, Dimension
+from sluice.quota import (
+    QUOTA_CYCLES,
+    QUOTA_PERIODS,
+    CalendarQuota,
+    Dimension,
+    cost_phrase,
+    requests_phrase,
+)
 
 from .base import Advertised, Direction
 
-__all__ = ["CALENDAR_QUOTA", "CalendarQuotaKind", "Quota", "quota_shape", "quota_state"]
+__all__ = [
+    "CALENDAR_QUOTA",
+    "CalendarQuotaKind",
+    "Quota",
+    "quota_name",
+    "quota_shape",
+    "quota_state",
+]
 
 _MICROS = 1_000_000
 
@@ -108,6 +122,13 @@ def _one_of(data: Any, path: str, allowed: tuple[str, ...]) -> str:
     if word not in allowed:
         raise SnapshotError(path, f"{word!r} is not one of: {', '.join(allowed)}")
     return word
+
+
+def quota_name(limit: CalendarQuota) -> str:
+    """``daily quota``, ``monthly quota`` or ``monthly quota (billing cycle)``."""
+    if limit.per == "day":
+        return "daily quota"
+    return "monthly quota" + (" (billing cycle)" if limit.cycle == "billing" else "")
 
 
 class CalendarQuotaKind:
@@ -184,6 +205,16 @@ class CalendarQuotaKind:
             shape.limit,
             shape.end - shape.start,
         )
+
+    def terse(self, limit: CalendarQuota) -> str:
+        """``monthly quota (billing cycle) of 10,000 requests``, then its cost."""
+        text = f"{quota_name(limit)} of {requests_phrase(limit.limit)}"
+        return text + cost_phrase(limit)
+
+    def in_words(self, limit: CalendarQuota, subject: str) -> str:
+        """``10,000 requests per billing month per account``."""
+        period = "billing month" if limit.cycle == "billing" else limit.per
+        return f"{requests_phrase(limit.limit)} per {period} {subject}"
 
     def direction(
         self, before: CalendarQuota, after: CalendarQuota, *, route_cost: int

@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice import reading
-from sluice.quota import PERIODS, Dimension, SlidingWindow
+from sluice.quota import (
+    PERIOD_WORDS,
+    PERIODS,
+    Dimension,
+    SlidingWindow,
+    cost_phrase,
+    requests_phrase,
+)
 
 from .base import Advertised, Direction
 from .gcra import hot_options
@@ -170,6 +177,17 @@ class SlidingKind:
             shape.limit,
             limit.window,
         )
+
+    def terse(self, limit: SlidingWindow) -> str:
+        """``100 requests per minute, sliding window``, then its cost."""
+        text = f"{requests_phrase(limit.limit)} per {PERIOD_WORDS[limit.window]}"
+        return text + ", sliding window" + cost_phrase(limit)
+
+    def in_words(self, limit: SlidingWindow, subject: str) -> str:
+        """``100 requests in any minute per user``: no burst, any window holds at
+        most the limit."""
+        window = PERIOD_WORDS[limit.window]
+        return f"{requests_phrase(limit.limit)} in any {window} {subject}"
 
     def direction(
         self, before: SlidingWindow, after: SlidingWindow, *, route_cost: int

@@ -49,6 +49,7 @@ from sluice.kinds.quota import (
     CALENDAR_QUOTA,
     CalendarQuotaKind,
     Quota,
+    quota_name,
 )
 from sluice.kinds.sliding import (
     SLIDING_WINDOW,
@@ -87,7 +88,6 @@ from sluice.quota import (
     limit_in_words,
     public_description,
     public_name,
-    quota_name,
 )
 from sluice.resolver import (
     Candidate,

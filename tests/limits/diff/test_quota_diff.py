@@ -112,7 +112,7 @@ def test_rules_diff__quota_added_beside_a_bucket__a_lowering_said_in_words():
     diff = rules_diff(_rules(bucket), _rules(bucket, _monthly(10000)))
     (change,) = diff.changes
     assert change.lowers
-    assert "new limit per tenant: 10,000 / month" in change.text
+    assert "new limit per tenant: monthly quota of 10,000 requests" in change.text
 
 
 def test_rules_diff__tenant_time_zone_and_billing_day__its_quotas_periods_said():

@@ -86,7 +86,7 @@ def test_publish__quota_and_calendars__snapshot_format_the_client_parses(
     ]
     assert CalendarQuota(Dimension.TENANT, 10000, "month", "billing") in policy.limits
     assert str(Limit.objects.get(kind=LimitKind.CALENDAR_QUOTA)).startswith(
-        "per tenant: 10,000 / month"
+        "per tenant: monthly quota (billing cycle) of 10,000 requests"
     )
 
 
