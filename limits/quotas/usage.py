@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 import redis
 
 from limits.core.store import redis_client
+from limits.models import Snapshot
+from limits.versions.explain import snapshot_resolver
 from limits.versions.selectors import snapshot_get_active, snapshot_rules
 from sluice.calendar import UTC_RULE
 from sluice.keys import key_template, owner_tag, subject_value
@@ -20,7 +22,6 @@ from sluice.model import (
     CALENDAR_QUOTA,
     CalendarQuota,
     Dimension,
-    Resolver,
     Rules,
     limit_in_words,
     period_bounds,
@@ -102,7 +103,7 @@ def tenant_quotas(*, tenant: str, now: float | None = None) -> TenantQuotas:
     if active is None:
         return TenantQuotas(None, [])
     rules = snapshot_rules(active)
-    found = _quotas_of(rules, tenant)
+    found = _quotas_of(active, rules, tenant)
     if not found:
         return TenantQuotas(active.version, [])
     try:
@@ -120,10 +121,10 @@ def tenant_quotas(*, tenant: str, now: float | None = None) -> TenantQuotas:
     return TenantQuotas(active.version, usage)
 
 
-def _quotas_of(rules: Rules, tenant: str) -> list[_Quota]:
+def _quotas_of(active: Snapshot, rules: Rules, tenant: str) -> list[_Quota]:
     """Per-tenant calendar quotas of the policies that win on each route, once per
     key (a policy for every route holds one quota, whichever route charges it)."""
-    resolver = Resolver(rules)
+    resolver = snapshot_resolver(active)  # built once per version: beat asks per tenant
     owner = owner_tag(tenant, None, True)
     subject = subject_value(Dimension.TENANT, tenant, None, None, None)
     found: dict[str, _Quota] = {}

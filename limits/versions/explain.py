@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from limits.models import Snapshot as SnapshotRow
 from limits.models import Tenant
 from limits.rules.compiling import rules_compile, rules_require_routable
 from limits.versions.selectors import snapshot_document, snapshot_get_active
@@ -32,6 +33,7 @@ __all__ = [
     "Explanation",
     "effective_limits",
     "explain",
+    "snapshot_resolver",
 ]
 
 
@@ -199,10 +201,14 @@ def _engine(source: ExplainSource, tenant: str | None) -> Engine:
         raise ValidationError(
             "Nothing has been published yet: explain the working copy."
         )
-    document = snapshot_document(active)
-    resolver = _RESOLVERS.get(active.hash)
+    return Engine(snapshot_document(active), resolver=snapshot_resolver(active))
+
+
+def snapshot_resolver(row: SnapshotRow) -> Resolver:
+    """The gateways' resolver over a stored version, built once per version (cached)."""
+    resolver = _RESOLVERS.get(row.hash)
     if resolver is None:
-        resolver = _RESOLVERS[active.hash] = Resolver(document.rules)
+        resolver = _RESOLVERS[row.hash] = Resolver(snapshot_document(row).rules)
         while len(_RESOLVERS) > _RESOLVERS_MAX:
             _RESOLVERS.popitem(last=False)
-    return Engine(document, resolver=resolver)
+    return resolver
