@@ -9,6 +9,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import format_html
 
+from limits.announcements.quota_reminders import tenant_quota_reminders_set
 from limits.announcements.services import announcement_note_update
 from limits.announcements.tenant_links import (
     tenant_link_issue,
@@ -154,3 +155,34 @@ class TenantLinkAdminMixin:
         for tenant in queryset:
             tenant_link_revoke(tenant=tenant, actor=Actor.from_request(request))
         messages.success(request, f"Revoked the links of {queryset.count()} tenant(s).")
+
+
+class QuotaRemindersAdminMixin:
+    """For the tenant admin: quota reminders on or off, written now and audited (a
+    preference of whom to tell, like endpoints: not proposed as a change request,
+    so the field is read-only on the form and set by these actions)."""
+
+    def has_manage_reminders_permission(self, request):
+        return request.user.has_perm("limits.add_webhookendpoint")
+
+    @admin.action(
+        description="Turn quota reminders (at 80 and 100 percent of a quota) on",
+        permissions=["manage_reminders"],
+    )
+    def quota_reminders_on(self, request, queryset):
+        self._set_quota_reminders(request, queryset, enabled=True)
+
+    @admin.action(
+        description="Turn quota reminders off", permissions=["manage_reminders"]
+    )
+    def quota_reminders_off(self, request, queryset):
+        self._set_quota_reminders(request, queryset, enabled=False)
+
+    def _set_quota_reminders(self, request, queryset, *, enabled: bool) -> None:
+        actor = Actor.from_request(request)
+        for tenant in queryset:
+            tenant_quota_reminders_set(tenant=tenant, enabled=enabled, actor=actor)
+        state = "on" if enabled else "off"
+        messages.success(
+            request, f"Quota reminders {state} for {queryset.count()} tenant(s)."
+        )

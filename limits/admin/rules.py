@@ -25,7 +25,7 @@ from limits.support.tenants import tenant_limits
 from limits.versions.explain import effective_limits
 from limits.versions.selectors import snapshot_active_version
 
-from .announcements import TenantLinkAdminMixin
+from .announcements import QuotaRemindersAdminMixin, TenantLinkAdminMixin
 from .base import AuditedAdmin
 from .limit_form import LimitForm, limit_fieldsets
 from .proposing import ProposingAdmin, key_of, proposal_of
@@ -48,18 +48,25 @@ class TierAdmin(AuditedAdmin):
 
 
 @admin.register(Tenant)
-class TenantAdmin(TenantLinkAdminMixin, AuditedAdmin):
+class TenantAdmin(QuotaRemindersAdminMixin, TenantLinkAdminMixin, AuditedAdmin):
     subject = "tenant"
     list_display = ("slug", "name", "tier", "in_force_link", "updated_at")
-    list_filter = ("tier",)
+    list_filter = ("tier", "quota_reminders")
     search_fields = ("slug", "name", "contact_emails")
     list_select_related = ("tier",)
     readonly_fields = (
         "effective_limits_table",
         "changelog_link",
+        "quota_reminders",
         *AuditedAdmin.readonly_fields,
     )
-    actions = ["issue_changelog_link", "revoke_changelog_link", "propose_removal"]
+    actions = [
+        "issue_changelog_link",
+        "revoke_changelog_link",
+        "quota_reminders_on",
+        "quota_reminders_off",
+        "propose_removal",
+    ]
 
     def get_urls(self):
         view = self.admin_site.admin_view

@@ -18,16 +18,33 @@ from django.utils import timezone
 
 from limits.announcements.deliveries import EVENT_TYPES, deliveries_enqueue
 from limits.announcements.tenant_links import tenant_link_url
+from limits.announcements.webhooks import require_manager
 from limits.choices import DeliveryChannel, DeliveryKind
+from limits.core.audit import Actor, audited_save, row_lock
+from limits.core.chain import chain_lock
 from limits.models import Delivery, QuotaNotice, Tenant, WebhookEndpoint
 from limits.quotas.usage import QuotaUsage, tenant_quotas
 
-__all__ = ["THRESHOLDS", "quota_reminders_send"]
+__all__ = ["THRESHOLDS", "quota_reminders_send", "tenant_quota_reminders_set"]
 
 log = logging.getLogger(__name__)
 
 #: Percentages of a quota's limit that are worth telling a tenant about.
 THRESHOLDS = (80, 100)
+
+
+@transaction.atomic
+def tenant_quota_reminders_set(
+    *, tenant: Tenant, enabled: bool, actor: Actor
+) -> Tenant:
+    """Turn the tenant's quota reminders on or off, now; audited. A preference of
+    whom to tell, like its endpoints, not a rule: no change request, no publish."""
+    require_manager(actor)
+    chain_lock()  # before the row lock (limits.core.chain: lock order)
+    before = row_lock(tenant)
+    tenant.quota_reminders = enabled
+    audited_save(tenant, actor=actor, before=before)
+    return tenant
 
 
 def quota_reminders_send(*, now: float | None = None) -> int:

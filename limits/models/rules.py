@@ -149,6 +149,7 @@ class Tenant(RuleModel):
     )
     quota_reminders = models.BooleanField(
         default=False,
+        db_default=False,  # tenants written by COPY (limits.rules.records) leave it out
         help_text="Tell the tenant (webhooks, emails) when it has used 80 % and "
         "100 % of a calendar quota in a period.",
     )
