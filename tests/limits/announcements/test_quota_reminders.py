@@ -4,11 +4,14 @@ webhooks and emails as every announcement's."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
 import standardwebhooks
 from django.core import mail
+from django.db import connection, transaction
 
 from limits.announcements.quota_reminders import quota_reminders_send
 from limits.announcements.tasks import delivery_send_task, quota_reminders_send_task
@@ -184,3 +187,47 @@ def test_quota_reminders__redis_stopped__skipped_nothing_recorded(opted_in):
     # Then nothing is sent or recorded: the next run tries again
     assert quota_reminders_send_task.apply().get() == 0
     assert not QuotaNotice.objects.exists()
+
+
+def _lock_waiters() -> int:
+    with connection.cursor() as cursor:
+        # inside a transaction, activity is read once unless the snapshot is cleared
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_quota_reminders__two_runs_at_once__told_once(rules, redis_client):
+    # Given initech opted in at 90 % of its quota, with a contact
+    initech = rules["initech"]
+    initech.quota_reminders, initech.contact_emails = True, ["ops@initech.test"]
+    initech.save()
+    with transaction.atomic():
+        publish_quota(limit=1000)
+    (key,) = [
+        k.key
+        for k in explain(tenant="initech", route="search").keys
+        if isinstance(k.limit, CalendarQuota)
+    ]
+    charge(redis_client, key, 900)
+    # When a run has recorded its notice, uncommitted, and a second run starts then
+    found: list[int] = []
+    second = threading.Thread(
+        target=lambda: (found.append(quota_reminders_send()), connection.close())
+    )
+    with transaction.atomic():
+        first = quota_reminders_send()
+        second.start()
+        deadline = time.monotonic() + 120
+        while _lock_waiters() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the second run waits on the unique index
+        assert _lock_waiters() == 1
+    second.join(120)
+    # Then the first told initech once, and the second found it told
+    assert (first, found) == (1, [0])
+    assert Delivery.objects.filter(kind=DeliveryKind.QUOTA).count() == 1
+    assert QuotaNotice.objects.count() == 1
