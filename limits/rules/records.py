@@ -118,7 +118,6 @@ def _copy_tenants(batch: list[Edit]) -> None:
             "contact_emails",
             "time_zone",
             "billing_day",
-            "quota_reminders",
             "created_at",
             "updated_at",
             "revision",
@@ -131,7 +130,6 @@ def _copy_tenants(batch: list[Edit]) -> None:
                 list(doc.get("contacts", [])),
                 (calendar := tenant_calendar(doc)).zone,
                 calendar.billing_day,
-                False,  # opt-in, never set by a rules file
                 now,
                 now,
                 1,
