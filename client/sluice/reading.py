@@ -19,6 +19,7 @@ __all__ = [
     "array",
     "boolean",
     "choice",
+    "cost",
     "integer",
     "mapping",
     "members",
@@ -82,6 +83,12 @@ def integer(data: Any, path: str, *, minimum: int) -> int:
     if data < minimum:
         raise SnapshotError(path, f"must be at least {minimum}")
     return data
+
+
+def cost(obj: dict[str, Any], path: str) -> int | None:
+    """A limit's own ``cost`` member: None (the route's cost) or at least 1."""
+    given = obj["cost"]
+    return None if given is None else integer(given, f"{path}.cost", minimum=1)
 
 
 def text(data: Any, path: str, most: int) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Advertised", "Direction", "LimitKind", "Shape"]
+__all__ = ["Advertised", "Counted", "Direction", "LimitKind", "Shape"]
 
 
 class Direction(StrEnum):
@@ -61,6 +61,38 @@ class Shape(Protocol):
         """µs until a key in ``state`` is back to its full allowance; ``now`` is the
         reply's Redis time, µs (a calendar quota resets at its period's end)."""
         ...
+
+
+class Counted:
+    """The arithmetic of a kind that counts requests (a sliding window, a calendar
+    quota) with its state in ticks: read as a GCRA debt of ``increment = cost x
+    tick`` and ``capacity = limit x tick``, which is how the simulations and the
+    nginx module run it. A frozen dataclass with ``cost``, ``limit`` and ``tick``
+    mixes it in and writes its own ``reset``.
+    """
+
+    __slots__ = ()
+    cost: int  #: requests' worth one request adds
+    limit: int  #: requests' worth the key admits
+    tick: int  #: µs per request's worth in the state
+
+    def fits(self, state: int) -> bool:
+        """Whether a request fits a key whose state is ``state``."""
+        return state <= (self.limit - self.cost) * self.tick
+
+    def charged(self, state: int) -> int:
+        """The state once one request that fits is charged (the simulations' bucket)."""
+        return state + self.cost * self.tick
+
+    def remaining(self, state: int) -> int:
+        """Whole requests' worth left."""
+        left = (self.limit * self.tick - state) // self.tick
+        return left if left > 0 else 0
+
+    def wait(self, state: int) -> int:
+        """µs until a request fits (exact for a script's rejection)."""
+        wait = state - (self.limit - self.cost) * self.tick
+        return wait if wait > 0 else 0
 
 
 class LimitKind(Protocol):

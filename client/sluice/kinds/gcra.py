@@ -93,16 +93,13 @@ class Gcra:
         """A bucket (``Limit.to_json``; ``kind`` optional: absent in every snapshot
         before kinds); the hot-key options written only when set."""
         obj = reading.members(data, path, _KEYS, _OPTIONAL)
-        cost = obj["cost"]
         shards, lease, lease_ms = hot_options(obj, path)
         return Limit(
             dimension=reading.choice(Dimension, obj["dimension"], f"{path}.dimension"),
             rate=reading.integer(obj["rate"], f"{path}.rate", minimum=1),
             period=reading.period(obj["period"], f"{path}.period"),
             burst=reading.integer(obj["burst"], f"{path}.burst", minimum=1),
-            cost=None
-            if cost is None
-            else reading.integer(cost, f"{path}.cost", minimum=1),
+            cost=reading.cost(obj, path),
             shadow=reading.boolean(obj["shadow"], f"{path}.shadow"),
             shards=shards,
             lease=lease,

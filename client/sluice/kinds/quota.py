@@ -40,7 +40,7 @@ from sluice.quota import (
     requests_phrase,
 )
 
-from .base import Advertised, Direction
+from .base import Advertised, Counted, Direction
 
 __all__ = [
     "CALENDAR_QUOTA",
@@ -55,7 +55,7 @@ _MICROS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
-class Quota:
+class Quota(Counted):
     """A calendar quota in script units for one request cost and one period."""
 
     cost: int  #: requests' worth one request adds
@@ -64,24 +64,6 @@ class Quota:
     end: int  #: its end, epoch seconds
     next_end: int  #: the end of the period after it
     tick: int  #: µs per request's worth in the state: ceil((end - start) µs / limit)
-
-    def fits(self, state: int) -> bool:
-        """Whether a request fits a key whose state is ``state``."""
-        return state <= (self.limit - self.cost) * self.tick
-
-    def charged(self, state: int) -> int:
-        """The state once one request that fits is charged (the simulations' bucket)."""
-        return state + self.cost * self.tick
-
-    def remaining(self, state: int) -> int:
-        """Whole requests' worth left in the period."""
-        left = (self.limit * self.tick - state) // self.tick
-        return left if left > 0 else 0
-
-    def wait(self, state: int) -> int:
-        """µs until a request fits: until the period's end, for a script's rejection."""
-        wait = state - (self.limit - self.cost) * self.tick
-        return wait if wait > 0 else 0
 
     def reset(self, state: int, now: int) -> int:
         """µs from ``now`` (the reply's Redis time) to the end of the period: the
@@ -140,16 +122,13 @@ class CalendarQuotaKind:
     def parse(self, data: Any, path: str) -> CalendarQuota:
         """A quota (``CalendarQuota.to_json``; ``cycle`` absent: calendar)."""
         obj = reading.members(data, path, _KEYS, {"cycle", *reading.PUBLIC})
-        cost = obj["cost"]
         per = _one_of(obj["per"], f"{path}.per", tuple(QUOTA_PERIODS))
         return CalendarQuota(
             dimension=reading.choice(Dimension, obj["dimension"], f"{path}.dimension"),
             limit=reading.integer(obj["limit"], f"{path}.limit", minimum=1),
             per=per,
             cycle=_one_of(obj.get("cycle", "calendar"), f"{path}.cycle", QUOTA_CYCLES),
-            cost=None
-            if cost is None
-            else reading.integer(cost, f"{path}.cost", minimum=1),
+            cost=reading.cost(obj, path),
             shadow=reading.boolean(obj["shadow"], f"{path}.shadow"),
             **reading.public(obj, path),
         )

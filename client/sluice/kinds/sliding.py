@@ -40,7 +40,7 @@ from sluice.quota import (
     requests_phrase,
 )
 
-from .base import Advertised, Direction
+from .base import Advertised, Counted, Direction
 from .gcra import hot_options
 
 __all__ = ["SLIDING_WINDOW", "Sliding", "SlidingKind", "sliding_count", "sliding_state"]
@@ -51,31 +51,13 @@ _HOT = "hot-key options (shards, leases) are for GCRA limits only: a sliding win
 
 
 @dataclass(frozen=True, slots=True)
-class Sliding:
+class Sliding(Counted):
     """A sliding window in script units for one request cost."""
 
     cost: int  #: requests' worth one request adds
     limit: int  #: requests' worth a window admits
     window: int  #: µs
     tick: int  #: µs per request's worth in the state: ceil(window / limit)
-
-    def fits(self, state: int) -> bool:
-        """Whether a request fits a key whose state is ``state``."""
-        return state <= (self.limit - self.cost) * self.tick
-
-    def charged(self, state: int) -> int:
-        """The state once one request that fits is charged (the simulations' bucket)."""
-        return state + self.cost * self.tick
-
-    def remaining(self, state: int) -> int:
-        """Whole requests' worth left in the window."""
-        left = (self.limit * self.tick - state) // self.tick
-        return left if left > 0 else 0
-
-    def wait(self, state: int) -> int:
-        """µs until a request fits (exact for a script's rejection)."""
-        wait = state - (self.limit - self.cost) * self.tick
-        return wait if wait > 0 else 0
 
     def reset(self, state: int, now: int = 0) -> int:
         """µs until the count has drained, at the nominal rate."""
@@ -120,15 +102,12 @@ class SlidingKind:
         obj = reading.members(
             data, path, _KEYS, {"shards", "lease", "lease_ms", *reading.PUBLIC}
         )
-        cost = obj["cost"]
         shards, lease, lease_ms = hot_options(obj, path)
         return SlidingWindow(
             dimension=reading.choice(Dimension, obj["dimension"], f"{path}.dimension"),
             limit=reading.integer(obj["limit"], f"{path}.limit", minimum=1),
             window=reading.period(obj["window"], f"{path}.window"),
-            cost=None
-            if cost is None
-            else reading.integer(cost, f"{path}.cost", minimum=1),
+            cost=reading.cost(obj, path),
             shadow=reading.boolean(obj["shadow"], f"{path}.shadow"),
             shards=shards,
             lease=lease,
