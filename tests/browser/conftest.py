@@ -12,6 +12,7 @@ from django.core.management import call_command
 from playwright.sync_api import Page, expect, sync_playwright
 
 from tests.conftest import PATIENT_REDIS_TIMEOUT
+from tests.receiver import receiver  # noqa: F401  (fixture: a customer's webhook endpoint)
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
