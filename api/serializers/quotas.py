@@ -18,6 +18,9 @@ class QuotaUsageSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text='The routes it applies to ("other routes": requests matching none).',
     )
+    shadow = serializers.BooleanField(
+        help_text="Reported, not enforced: requests beyond the limit are admitted."
+    )
 
 
 class TenantUsageSerializer(serializers.Serializer):

@@ -48,6 +48,7 @@ class QuotaUsage:
     period_start: datetime  #: aware, UTC
     period_end: datetime  #: aware, UTC; the quota resets then
     routes: tuple[str, ...]  #: the routes it applies to ("other routes" included)
+    shadow: bool = False  #: reported, never enforced: past its limit, requests pass
 
     @property
     def remaining(self) -> int | None:
@@ -70,6 +71,7 @@ class QuotaUsage:
             "period_start": self.period_start.isoformat(),
             "period_end": self.period_end.isoformat(),
             "routes": list(self.routes),
+            "shadow": self.shadow,
         }
 
 
@@ -181,6 +183,7 @@ def _usage(
         period_start=datetime.fromtimestamp(start, UTC),
         period_end=datetime.fromtimestamp(end, UTC),
         routes=tuple(quota.routes),
+        shadow=limit.shadow,
     )
 
 

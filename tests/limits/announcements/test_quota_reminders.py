@@ -112,6 +112,44 @@ def test_quota_reminders__email__says_usage_and_when_it_resets(opted_in, redis_c
     assert quota.period_end.isoformat() in message.body
 
 
+def test_quota_reminders__shadow_quota_at_100__says_it_is_not_enforced(
+    opted_in, redis_client, receiver
+):
+    # Given initech's quota is a shadow one (reported, never enforced), used up
+    publish_quota(limit=1000, name="Monthly calls", shadow=True)
+    charge(redis_client, opted_in["key"], 1000)
+    # When beat's task runs and both reminders are sent
+    quota_reminders_send_task.apply()
+    for delivery in Delivery.objects.filter(kind=DeliveryKind.QUOTA):
+        delivery_send_task.apply(args=[delivery.pk])
+    # Then the email says requests are still admitted, never that they are rejected
+    (message,) = mail.outbox
+    assert "This quota is reported, not enforced" in message.body
+    assert "still admitted" in message.body
+    assert "rejected" not in message.body
+    # and the webhook's quota says it is a shadow one
+    (request,) = receiver.requests
+    event = standardwebhooks.Webhook(opted_in["secret"]).verify(
+        request.body, dict(request.headers)
+    )
+    assert (event["threshold"], event["quota"]["shadow"]) == (100, True)
+
+
+def test_quota_reminders__enforced_quota_at_100__says_requests_are_rejected(
+    opted_in, redis_client
+):
+    charge(redis_client, opted_in["key"], 1000)
+    quota_reminders_send_task.apply()
+    email = Delivery.objects.get(channel=DeliveryChannel.EMAIL)
+    delivery_send_task.apply(args=[email.pk])
+    (message,) = mail.outbox
+    assert "Requests beyond the quota are rejected (HTTP 429) until" in message.body
+    assert (
+        Delivery.objects.get(channel=DeliveryChannel.WEBHOOK).payload["quota"]["shadow"]
+        is False
+    )
+
+
 def test_quota_reminders__80_then_100__each_told_once(opted_in, redis_client):
     # Given initech was told of 80 %
     charge(redis_client, opted_in["key"], 850)

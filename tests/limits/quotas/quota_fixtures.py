@@ -32,11 +32,12 @@ def publish_quota(
     cycle: str = "calendar",
     calendars: dict[str, Calendar] | None = None,
     name: str = "",
+    shadow: bool = False,
 ):
     """Publish the working copy with a per-tenant quota added to ``scope``'s policy for
     every route; ``calendars``: tenant -> its zone and billing day."""
     rules = rules_compile()
-    quota = CalendarQuota(Dimension.TENANT, limit, per, cycle, name=name)
+    quota = CalendarQuota(Dimension.TENANT, limit, per, cycle, shadow=shadow, name=name)
     policies = tuple(
         replace(p, limits=(*p.limits, quota))
         if (p.scope, p.route, p.is_override) == (scope, "*", False)

@@ -185,3 +185,24 @@ def test_tenant_page__quota_partly_used__shown_on_its_private_page_and_json(
     assert (quota["used"], quota["remaining"], quota["limit"]) == (900, 100, 1000)
     assert datetime.fromisoformat(quota["period_end"]).day == 1
     assert data["quotas_unavailable"] is None
+
+
+def test_pages__shadow_quota__say_it_is_not_enforced(
+    client, support_user, rules, redis_client
+):
+    # Given initech's quota is a shadow one (reported, never enforced), used past it
+    publish_quota(limit=1000, name="Monthly calls", shadow=True)
+    charge(redis_client, _quota_key("initech"), 1200)
+    path = tenant_link_issue(tenant=rules["initech"], actor=SYSTEM)
+    # When the tenant opens its page and JSON, and support opens its page
+    mine = client.get(path).content.decode()
+    data = client.get(path + "limits.json").json()
+    client.force_login(support_user)
+    url = reverse("admin:limits_tenant_support", args=[rules["initech"].pk])
+    theirs = client.get(url).content.decode()
+    # Then each says the quota is not enforced, with what it counted past its limit
+    assert "Monthly calls</strong> (not enforced)" in mine
+    assert "1200 of 1000 (120.0 %)" in mine
+    (quota,) = data["quotas"]
+    assert (quota["shadow"], quota["remaining"]) == (True, 0)
+    assert "Monthly calls</strong> (shadow: not enforced)" in theirs
