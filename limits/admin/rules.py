@@ -29,6 +29,7 @@ from .announcements import QuotaRemindersAdminMixin, TenantLinkAdminMixin
 from .base import AuditedAdmin
 from .limit_form import LimitForm, limit_fieldsets
 from .proposing import ProposingAdmin, key_of, proposal_of
+from .tenant_form import TenantForm
 
 
 @admin.register(Tier)
@@ -50,6 +51,7 @@ class TierAdmin(AuditedAdmin):
 @admin.register(Tenant)
 class TenantAdmin(QuotaRemindersAdminMixin, TenantLinkAdminMixin, AuditedAdmin):
     subject = "tenant"
+    form = TenantForm
     list_display = ("slug", "name", "tier", "in_force_link", "updated_at")
     list_filter = ("tier", "quota_reminders")
     search_fields = ("slug", "name", "contact_emails")

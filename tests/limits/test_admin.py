@@ -389,6 +389,37 @@ def test_tenant_add__unknown_time_zone_or_billing_day__form_errors_nothing_saved
     assert not ChangeRequest.objects.exists()
 
 
+def test_tenant_change__billing_anchor_date__its_day_proposed_as_billing_day(
+    client, product_user
+):
+    # Given a published tenant billed from the 1st
+    tier = TierFactory(slug="pro")
+    tenant = TenantFactory(slug="hooli", name="Hooli", tier=tier)
+    snapshot_publish(actor=Actor.system(), message="v1")
+    client.force_login(product_user)
+    # When its contract's billing start date is given instead of a day
+    form = _tenant_form(tier, billing_anchor="2026-01-31")
+    response = client.post(_url("tenant", tenant), form)
+    # Then the edit proposes the date's day, the 31st (the last day of shorter months)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    (edit,) = ChangeRequest.objects.get(author=product_user).edits.all()
+    assert edit.after["billing_day"] == 31
+    assert "billing_anchor" not in edit.after  # the date itself is not kept
+
+
+def test_tenant_change__anchor_date_and_another_billing_day__refused_by_name(
+    client, product_user
+):
+    tier = TierFactory(slug="pro")
+    tenant = TenantFactory(slug="hooli", name="Hooli", tier=tier)
+    client.force_login(product_user)
+    form = _tenant_form(tier, billing_day="5", billing_anchor="2026-03-17")
+    response = client.post(_url("tenant", tenant), form)
+    assert response.status_code == 200
+    assert "Its day (17) is not the billing day given (5)" in response.content.decode()
+    assert not ChangeRequest.objects.exists()
+
+
 def test_tenant_change__time_zone_and_billing_day__proposed_then_published_with_them(
     client, product_user
 ):
