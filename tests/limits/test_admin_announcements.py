@@ -58,6 +58,20 @@ def test_publish_page__raise__no_notice_needed(client, product, rules, published
     assert "No change lowers anyone's limits: this may take effect at once." in html
 
 
+def test_publish_page__lowering_without_notice_period__says_it_lowers(
+    client, product, rules, published, settings
+):
+    # Given no notice period, and a lowering in the working copy
+    settings.SLUICE_NOTICE_PERIOD_DAYS = 0
+    lower_pro_search(rules)
+    client.force_login(product)
+    # When product opens the Publish page
+    html = client.get(PUBLISH).content.decode()
+    # Then it says the change lowers limits and why it may still take effect at once
+    assert "This lowers limits, and no notice period is set" in html
+    assert "No change lowers anyone's limits" not in html
+
+
 def test_webhook_admin__add_test_resend__secret_once_attempts_visible(
     client, support, rules, receiver
 ):
