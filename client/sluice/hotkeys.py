@@ -2,11 +2,14 @@
 
 Both only ever hold what Redis said; neither invents tokens:
 
-- :class:`RejectCache` remembers, for a bucket that rejected, when its debt is
-  paid off. Debt only shrinks with time, and other gateways can only add to it,
-  so the remembered debt is a lower bound: a request that does not fit it would
-  not fit in Redis either. An abusive client is then rejected without a Redis
-  call until its retry-after has passed.
+- :class:`RejectCache` remembers, for a bucket that rejected a request, when
+  that request would fit and what it cost. Until then a request on the bucket
+  that costs at least as much is rejected without a Redis call: time only
+  frees room and other gateways can only take it, so it would not fit in Redis
+  either. An abusive client is then rejected locally until its retry-after.
+  A cheaper request is asked of Redis: once a sliding window or a quota is
+  full, the state a rejection replies depends on the request's cost (``wait +
+  (limit - cost) x tick``), so it says nothing of when a cheaper one fits.
 - :class:`Leases` holds tokens a gateway took from a bucket in one call (the
   ``hot.lua`` script charged them in Redis) and spends them in process until
   they run out or their lease time ends. Unspent tokens are lost, never given
@@ -43,7 +46,9 @@ class RejectCache:
 
     def __init__(self, *, max_keys: int = 100_000) -> None:
         self.max_keys = max_keys
-        self.entries: dict[str, int] = {}  #: bucket key -> when its debt is paid, µs
+        #: bucket key -> (when the request it rejected fits, µs; that request's
+        #: charge: the state it adds, its cost in the key's units)
+        self.entries: dict[str, tuple[int, int]] = {}
         self.seen: dict[str, int] = {}  #: bucket key -> its TAT at the last reply, µs
         self.inflight: dict[str, int] = {}  #: slot key -> requests in flight then
         self.hits = 0  #: requests rejected from the cache, without Redis
@@ -57,10 +62,10 @@ class RejectCache:
         step: int = 2,
     ) -> None:
         """Note what a Redis ``reply`` said (``step`` values per bucket): every
-        bucket's debt and, for a rejection, when the enforcing buckets that did
-        not fit are paid off. Called for every reply: the failure modes start
-        from the debt Redis last reported, so they never grant again a token
-        Redis granted."""
+        bucket's debt and, for a rejection, when the request fits each enforcing
+        bucket that it did not fit, and its charge there. Called for every reply:
+        the failure modes start from the debt Redis last reported, so they never
+        grant again a token Redis granted."""
         if not self.max_keys:
             return
         seen = self.seen
@@ -73,7 +78,11 @@ class RejectCache:
         for index, limit_plan in enumerate(plan.limits):
             at = step * index + 1
             if reply[at] != 1 and not limit_plan.limit.shadow:
-                self.entries[keys[index]] = now + reply[at + 1]
+                shape = limit_plan.shape
+                self.entries[keys[index]] = (
+                    now + shape.wait(reply[at + 1]),
+                    shape.charged(0),
+                )
 
     def remember_slots(
         self, keys: tuple[str, ...], reply: list[int], offset: int
@@ -86,20 +95,28 @@ class RejectCache:
     def check(self, plan: PolicyPlan, keys: list[str], now: int) -> list[int] | None:
         """A rejecting reply in the token-bucket script's shape, or None: ask Redis.
 
-        Each bucket's debt is its last known one, paid down by the time since;
-        a bucket the cache knows nothing of is reported with a debt of -1.
+        A bucket rejects when it rejected a request at least as costly (``plan``
+        is compiled for this request's cost) that does not fit yet; its state is
+        then the one where this request waits as long as that one: a lower
+        bound of the wait, as Redis would have said it. Any other bucket's is
+        its last known state, paid down by the time since; a bucket the cache
+        knows nothing of is reported with a debt of -1.
         """
         entries, seen, debts, reject = self.entries, self.seen, [], False
         for index, limit_plan in enumerate(plan.limits):
             key = keys[index]
-            paid = entries.get(key)
-            if paid is not None and paid <= now:
-                entries.pop(key, None)
-                paid = None
-            elif paid is not None and not limit_plan.limit.shadow:
-                reject = reject or not limit_plan.shape.fits(paid - now)
             tat = seen.get(key)
-            debts.append(-1 if tat is None else max(0, tat - now))
+            debt = -1 if tat is None else max(0, tat - now)
+            entry = entries.get(key)
+            if entry is not None:
+                fits_at, charge = entry
+                shape = limit_plan.shape
+                if fits_at <= now:
+                    entries.pop(key, None)
+                elif not limit_plan.limit.shadow and shape.charged(0) >= charge:
+                    reject = True
+                    debt = shape.waiting(fits_at - now)
+            debts.append(debt)
         if not reject:
             return None
         self.hits += 1

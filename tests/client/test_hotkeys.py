@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
 from sluice import Limiter, Outcome
 from sluice.headers import error_response, rate_limit_headers
-from tests.client.factories import concurrent, limit, policy, rules, snapshot
+from sluice.model import CalendarQuota, Dimension, FailureMode, Route, SlidingWindow
+from tests.client.factories import (
+    REDIS_TIMEOUT,
+    concurrent,
+    limit,
+    policy,
+    rules,
+    snapshot,
+)
 
 
 class Clock:
@@ -228,6 +237,70 @@ def test_reject_cache__a_limit_never_seen__left_out_of_ratelimit(store):
     assert headers["RateLimit-Policy"] == '"tenant-min";q=2;w=60, "user-min";q=10;w=60'
     assert headers["RateLimit"].startswith('"tenant-min";r=0;t=')
     assert "user-min" not in headers["RateLimit"]
+
+
+#: takes a declared cost of up to 50
+REPORTS = Route("reports", ("POST",), "/v1/reports", 1, FailureMode.OPEN, max_cost=50)
+
+#: 100 requests' worth per tenant, no room coming back during a test
+KINDS = [
+    pytest.param(limit("tenant", 100, 3600, 100), id="gcra"),
+    pytest.param(SlidingWindow(Dimension.TENANT, 100, 3600), id="sliding_window"),
+    pytest.param(CalendarQuota(Dimension.TENANT, 100, "day"), id="calendar_quota"),
+]
+
+
+def reports_limiter(store, kind, **options) -> Limiter:
+    rules_ = rules(policy("default", "reports", kind), routes={"reports": REPORTS})
+    return Limiter(
+        store.client, snapshot(rules_), clock=Clock(), timeout=REDIS_TIMEOUT, **options
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reject_cache__big_request_rejected__smaller_one_that_fits_asks_redis(
+    store, kind
+):
+    # Given 100 per tenant with 90 used, and a request of 50 Redis rejected
+    limiter = reports_limiter(store, kind)
+    used = [limiter.decide(route="reports", tenant="acme", cost=30) for _ in range(3)]
+    big = limiter.decide(route="reports", tenant="acme", cost=50)
+    assert [d.allowed for d in used] == [True, True, True]
+    assert not big.allowed
+    # When the same request comes again, then one of 10
+    again = limiter.decide(route="reports", tenant="acme", cost=50)
+    small = limiter.decide(route="reports", tenant="acme", cost=10)
+    # Then the big one is rejected in process, as Redis did, the small one is
+    # admitted by Redis (a full window's or quota's rejected state depends on
+    # the cost: it says nothing of when a cheaper request fits)
+    assert (again.allowed, again.outcome) == (False, Outcome.LIMITED)
+    assert limiter.rejections.hits == 1
+    assert again.retry_after <= big.retry_after
+    assert small.allowed
+    assert small.remaining == 0
+    assert limiter.rejections.hits == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reject_cache__costlier_request__rejected_in_process_with_a_wait_no_longer(
+    store, kind
+):
+    # Given 100 per tenant used up, and a request of 1 Redis rejected
+    limiter = reports_limiter(store, kind)
+    for _ in range(2):
+        limiter.decide(route="reports", tenant="acme", cost=50)
+    small = limiter.decide(route="reports", tenant="acme", cost=1)
+    assert not small.allowed
+    # When a request of 50 comes
+    big = limiter.decide(route="reports", tenant="acme", cost=50)
+    # Then it is rejected in process, telling a wait no longer than Redis's
+    # (nor shorter than the small one's: costlier requests fit no sooner)
+    assert (big.allowed, big.outcome) == (False, Outcome.LIMITED)
+    assert limiter.rejections.hits == 1
+    uncached = reports_limiter(store, kind, reject_cache=False)
+    from_redis = uncached.decide(route="reports", tenant="acme", cost=50)
+    assert not from_redis.allowed
+    assert small.retry_after - 5 <= big.retry_after <= from_redis.retry_after + 5
 
 
 def test_x_ratelimit_reset__gateway_clock_an_hour_off__from_redis_time(store):

@@ -94,6 +94,9 @@ class Gap:
     def wait(self, state: int) -> int:
         return state
 
+    def waiting(self, wait: int) -> int:
+        return wait
+
     def reset(self, state: int, now: int) -> int:
         return state
 

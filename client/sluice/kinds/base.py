@@ -57,6 +57,11 @@ class Shape(Protocol):
         """µs until a request fits a key in ``state`` (0 when it fits now)."""
         ...
 
+    def waiting(self, wait: int) -> int:
+        """The state of a key where a request waits ``wait`` µs (> 0): :meth:`wait`
+        undone, for the reject cache's answer (the cache keeps the moment)."""
+        ...
+
     def reset(self, state: int, now: int) -> int:
         """µs until a key in ``state`` is back to its full allowance; ``now`` is the
         reply's Redis time, µs (a calendar quota resets at its period's end)."""
@@ -93,6 +98,10 @@ class Counted:
         """µs until a request fits (exact for a script's rejection)."""
         wait = state - (self.limit - self.cost) * self.tick
         return wait if wait > 0 else 0
+
+    def waiting(self, wait: int) -> int:
+        """The state of a key where a request waits ``wait`` µs (``wait``'s inverse)."""
+        return wait + (self.limit - self.cost) * self.tick
 
 
 class LimitKind(Protocol):

@@ -64,6 +64,10 @@ class Geometry:
         wait = debt + self.increment - self.capacity
         return wait if wait > 0 else 0
 
+    def waiting(self, wait: int) -> int:
+        """The debt of a bucket where a request waits ``wait`` µs."""
+        return wait + self.capacity - self.increment
+
     def reset(self, debt: int, now: int = 0) -> int:
         """µs until the bucket is full: its debt."""
         return debt
