@@ -63,23 +63,28 @@ class RejectCache:
     ) -> None:
         """Note what a Redis ``reply`` said (``step`` values per bucket): every
         bucket's debt and, for a rejection, when the request fits each enforcing
-        bucket that it did not fit, and its charge there. Called for every reply:
-        the failure modes start from the debt Redis last reported, so they never
-        grant again a token Redis granted."""
+        bucket that it did not fit, and its charge there; a bucket that this
+        request fit is forgotten as rejecting (its state moved on: the next
+        costlier request asks Redis, whose wait is then exact). Called for every
+        reply: the failure modes start from the debt Redis last reported, so they
+        never grant again a token Redis granted."""
         if not self.max_keys:
             return
-        seen = self.seen
-        if len(seen) >= 2 * self.max_keys or len(self.entries) >= self.max_keys:
+        seen, entries = self.seen, self.entries
+        if len(seen) >= 2 * self.max_keys or len(entries) >= self.max_keys:
             self.clear()  # many keys, or many abusers at once: start afresh
         for index, key in enumerate(keys):
-            seen[key] = now + reply[step * index + 2]
+            at = step * index + 1
+            seen[key] = now + reply[at + 1]
+            if entries and reply[at] == 1:
+                entries.pop(key, None)
         if reply[0] == 1:
             return
         for index, limit_plan in enumerate(plan.limits):
             at = step * index + 1
             if reply[at] != 1 and not limit_plan.limit.shadow:
                 shape = limit_plan.shape
-                self.entries[keys[index]] = (
+                entries[keys[index]] = (
                     now + shape.wait(reply[at + 1]),
                     shape.charged(0),
                 )

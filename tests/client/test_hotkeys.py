@@ -279,6 +279,11 @@ def test_reject_cache__big_request_rejected__smaller_one_that_fits_asks_redis(
     assert small.allowed
     assert small.remaining == 0
     assert limiter.rejections.hits == 1
+    # And the next big one asks Redis (the key let a request through: its state
+    # moved on since the rejection the cache remembers)
+    later = limiter.decide(route="reports", tenant="acme", cost=50)
+    assert not later.allowed
+    assert limiter.rejections.hits == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)

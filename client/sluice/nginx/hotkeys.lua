@@ -15,20 +15,26 @@ RejectCache.__index = RejectCache
 function _M.reject_cache(max_keys)
   return setmetatable({
     max_keys = max_keys or 100000,
-    entries = {}, entry_count = 0, -- bucket key -> when its debt is paid (µs)
+    -- bucket key -> when the request it rejected fits (µs), and that request's
+    -- increment (its cost in the key's units): costlier ones are rejected until then
+    entries = {}, charges = {}, entry_count = 0,
     seen = {}, seen_count = 0, -- bucket key -> its TAT at the last reply (µs)
     inflight = {}, -- slot key -> requests in flight then
   }, RejectCache)
 end
 
 function RejectCache:clear()
-  self.entries, self.entry_count = {}, 0
+  self.entries, self.charges, self.entry_count = {}, {}, 0
   self.seen, self.seen_count = {}, 0
   self.inflight = {}
 end
 
 --- Note what a reply said (`step` values per bucket): every bucket's debt and,
---- for a rejection, when the enforcing buckets that did not fit are paid off.
+--- for a rejection, when the request fits each enforcing bucket it did not fit,
+--- and its increment there (a sliding window's or a quota's rejected state
+--- depends on the cost: it says nothing of a cheaper request). A bucket this
+--- request fit is forgotten as rejecting: its state moved on, the next costlier
+--- request asks Redis.
 function RejectCache:remember(plan, keys, reply, now, step)
   if self.max_keys == 0 then
     return
@@ -36,11 +42,17 @@ function RejectCache:remember(plan, keys, reply, now, step)
   if self.seen_count >= 2 * self.max_keys or self.entry_count >= self.max_keys then
     self:clear()
   end
+  local entries = self.entries
   for i, key in ipairs(keys) do
     if self.seen[key] == nil then
       self.seen_count = self.seen_count + 1
     end
-    self.seen[key] = now + reply[step * (i - 1) + 3]
+    local at = step * (i - 1) + 2
+    self.seen[key] = now + reply[at + 1]
+    if reply[at] == 1 and entries[key] ~= nil then
+      entries[key], self.charges[key] = nil, nil
+      self.entry_count = self.entry_count - 1
+    end
   end
   if reply[1] == 1 then
     return
@@ -51,7 +63,9 @@ function RejectCache:remember(plan, keys, reply, now, step)
       if self.entries[keys[i]] == nil then
         self.entry_count = self.entry_count + 1
       end
-      self.entries[keys[i]] = now + reply[at + 1]
+      -- the wait, as answer.lua reads it: every kind's state is a bucket's debt
+      self.entries[keys[i]] = now + max(0, reply[at + 1] + p.increment - p.capacity)
+      self.charges[keys[i]] = p.increment
     end
   end
 end
@@ -65,7 +79,9 @@ function RejectCache:remember_slots(keys, reply, offset)
 end
 
 --- A rejecting reply in the token-bucket script's shape, or nil: ask Redis.
---- A bucket the cache knows nothing of has a debt of -1.
+--- A bucket rejects when it rejected a request at least as costly that does not
+--- fit yet; its debt is then the one where this request waits as long (a lower
+--- bound). A bucket the cache knows nothing of has a debt of -1.
 function RejectCache:check(plan, keys, now)
   if self.entry_count == 0 then
     return nil
@@ -73,16 +89,16 @@ function RejectCache:check(plan, keys, now)
   local reject, debts = false, {}
   for i, p in ipairs(plan.limits) do
     local key = keys[i]
-    local paid = self.entries[key]
-    if paid ~= nil and paid <= now then
-      self.entries[key] = nil
-      self.entry_count = self.entry_count - 1
-      paid = nil
-    elseif paid ~= nil and not p.shadow then
-      reject = reject or paid - now + p.increment > p.capacity
-    end
     local tat = self.seen[key]
     debts[i] = tat == nil and -1 or max(0, tat - now)
+    local fits_at = self.entries[key]
+    if fits_at ~= nil and fits_at <= now then
+      self.entries[key], self.charges[key] = nil, nil
+      self.entry_count = self.entry_count - 1
+    elseif fits_at ~= nil and not p.shadow and p.increment >= self.charges[key] then
+      reject = true
+      debts[i] = fits_at - now + p.capacity - p.increment
+    end
   end
   if not reject then
     return nil
