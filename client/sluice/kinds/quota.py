@@ -19,7 +19,8 @@ Read this way, :class:`Quota` is a GCRA geometry of ``increment = cost x tick``
 and ``capacity = limit x tick``, as a sliding window's is: the in-process
 simulations (the local failure mode, the rejected-keys cache) run a quota as a
 bucket refilling ``limit`` per period, ``limit`` deep; a rejection is cached
-until the period's end. ``reset`` is the period's end (``now`` from the reply).
+until the period's end, for requests at least as costly (a cheaper one may fit
+what is left). ``reset`` is the period's end (``now`` from the reply).
 """
 
 from __future__ import annotations

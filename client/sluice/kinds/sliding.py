@@ -19,9 +19,11 @@ gives ``remaining`` and ``fits``:
 
 Every method of :class:`Sliding` is the GCRA :class:`~.gcra.Geometry`'s with
 ``increment = cost x tick`` and ``capacity = limit x tick`` (the nginx module
-reads the state with that arithmetic). The in-process simulations (the local
-failure mode, the rejected-keys cache) so run a window as a bucket refilling
-``limit`` per window, ``limit`` deep: close to the window's rule, not the rule.
+reads the state with that arithmetic). The local failure mode so runs a window
+as a bucket refilling ``limit`` per window, ``limit`` deep: close to the
+window's rule, not the rule. Once the window is full the state depends on the
+cost, so the rejected-keys cache keeps the moment a rejected request fits and
+answers only for requests at least as costly (``sluice.hotkeys``).
 """
 
 from __future__ import annotations
