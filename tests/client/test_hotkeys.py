@@ -306,6 +306,7 @@ def test_reject_cache__costlier_request__rejected_in_process_with_a_wait_no_long
     from_redis = uncached.decide(route="reports", tenant="acme", cost=50)
     assert not from_redis.allowed
     assert small.retry_after - 5 <= big.retry_after <= from_redis.retry_after + 5
+    assert big.remaining < 50
 
 
 def test_x_ratelimit_reset__gateway_clock_an_hour_off__from_redis_time(store):
