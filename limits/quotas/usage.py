@@ -28,7 +28,7 @@ from sluice.model import (
 )
 from sluice.quota import public_name
 
-__all__ = ["QuotaUsage", "TenantQuotas", "tenant_quotas"]
+__all__ = ["QuotaUsage", "TenantQuotas", "quota_key", "quotas_used", "tenant_quotas"]
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +127,6 @@ def _quotas_of(active: Snapshot, rules: Rules, tenant: str) -> list[_Quota]:
     """Per-tenant calendar quotas of the policies that win on each route, once per
     key (a policy for every route holds one quota, whichever route charges it)."""
     resolver = snapshot_resolver(active)  # built once per version: beat asks per tenant
-    owner = owner_tag(tenant, None, True)
-    subject = subject_value(Dimension.TENANT, tenant, None, None, None)
     found: dict[str, _Quota] = {}
     for route in [*sorted(rules.routes), None]:
         policy = resolver.resolve(tenant=tenant, route=route).policy
@@ -137,14 +135,35 @@ def _quotas_of(active: Snapshot, rules: Rules, tenant: str) -> list[_Quota]:
                 continue
             if limit.dimension is not Dimension.TENANT:
                 continue  # one count per user or key: no single figure for a tenant
-            template = key_template(
-                policy.route, limit.dimension, limit.period, CALENDAR_QUOTA.name
-            )
-            key = template % (owner, subject)
+            key = quota_key(policy.route, limit, tenant)
             found.setdefault(key, _Quota(limit, key, [])).routes.append(
                 route or "other routes"
             )
     return list(found.values())
+
+
+def quota_key(route: str, limit: CalendarQuota, tenant: str) -> str:
+    """The Redis hash gateways charge for ``tenant``'s per-tenant ``limit`` of a policy
+    for ``route`` (``*`` for every route: one count whichever route charges it)."""
+    template = key_template(route, limit.dimension, limit.period, CALENDAR_QUOTA.name)
+    return template % (
+        owner_tag(tenant, None, True),
+        subject_value(Dimension.TENANT, tenant, None, None, None),
+    )
+
+
+def quotas_used(periods: list[tuple[str, int]]) -> list[int | None]:
+    """For each (key, period start): the requests' worth the hash holds for that
+    period, None when it holds none (no hash, or an earlier period's: a quota not
+    charged yet, or new). One pipelined round trip; redis.RedisError when Redis
+    does not answer within :data:`USAGE_TIMEOUT`."""
+    pipe = redis_client(timeout=USAGE_TIMEOUT).pipeline(transaction=False)
+    for key, _ in periods:
+        pipe.hmget(key, ["p", "n"])
+    return [
+        int(count or 0) if period is not None and int(period) == start else None
+        for (_, start), (period, count) in zip(periods, pipe.execute(), strict=True)
+    ]
 
 
 def _read(

@@ -5,27 +5,42 @@ reach: the tenants whose limits may change, ``limits.diff.impact``), reads the
 last ``SLUICE_IMPACT_DAYS`` of recorded decisions of those tenants, and for
 every tenant and route whose policy the change alters reports the requests
 seen, those rejected today (the recorded outcomes) and those the new policy's
-buckets would reject (``limits.traffic.replay``), with the worst minute.
+buckets and daily quotas would reject (``limits.traffic.replay``,
+``limits.traffic.quotas``), with the worst minute; a monthly quota is projected
+to its period's end beside them.
 
 Three statements do the reading whatever the reach (``limits.traffic.recorded``):
 one aggregate over the hourly rows gives each series its totals and its busiest
 second, minute, hour and day, which rules most series out; the hours of the
-series that remain rule most of their hours out; the minutes (with their
-seconds) of the hours left are read and replayed.
+series that remain, and of those under a calendar quota, rule most of their hours
+out; the minutes (with their seconds) of the hours left, and of the hours a
+quota's period starts in, are read and replayed. A monthly quota's used count is
+one more pipelined read of Redis.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.utils import timezone
 
 from limits.diff.diffing import RulesDiff
-from limits.traffic.recorded import Series, hours_of, minutes_of, series_of
+from limits.quotas.usage import quota_key, quotas_used
+from limits.traffic.quotas import (
+    DayCount,
+    Projection,
+    Step,
+    boundaries,
+    count_days,
+    project_month,
+)
+from limits.traffic.recorded import hours_of, minutes_of, series_of
 from limits.traffic.replay import (
     Bucket,
     Minute,
@@ -33,12 +48,15 @@ from limits.traffic.replay import (
     Replayed,
     buckets_of,
     could_reject,
-    quotas_left_out,
+    quotas_of,
     replay,
 )
-from sluice.model import Resolver, Rules
+from sluice.calendar import UTC_RULE
+from sluice.model import CalendarQuota, Dimension, Resolver, Rules, period_bounds
 
 __all__ = ["CAVEATS", "Impact", "ImpactRow", "impact_estimate"]
+
+log = logging.getLogger(__name__)
 
 #: How an estimate can err, as shown with every estimate (``docs/stats.md``).
 CAVEATS = (
@@ -46,7 +64,8 @@ CAVEATS = (
     "Rejected requests are replayed as if sent anyway; clients that back off after a 429 send fewer.",
     "Limits per user, API key or IP are replayed as if the tenant were one client: an upper bound.",
     "Concurrency caps, hot-key leases and shards, and gateways' local or fail-open modes are not replayed.",
-    "Calendar quotas (per day or month) are not replayed: what they would reject is not in the estimate, and rows whose policy has one say so.",
+    "Daily quotas are counted over the recorded local days, the window's first day from the window's start only; monthly quotas are a projection (the used count now plus the recorded rate), shown beside the estimate, not in it.",
+    "A quota a policy holds for every route is counted route by route: each row sees its own route's requests only.",
     "Only traffic the gateways reported counts: dropped events and anonymous traffic of unknown tenants are missing.",
 )
 
@@ -63,9 +82,22 @@ class ImpactRow:
     worst_minute: datetime | None  #: the minute the new rules would reject most in
     worst_minute_rejected: int
     upper_bound: bool  #: a limit counts per user, key or IP: the estimate is a ceiling
-    #: the new policy holds a calendar quota, left out of the replay: what it would
-    #: reject is not in ``rejected_new``
-    quotas_left_out: bool = False
+    #: the new policy's calendar quotas: daily ones counted (their ``over`` is in
+    #: ``rejected_new``), monthly ones projected (not in it)
+    quotas: tuple[DayCount | Projection, ...] = ()
+
+    @property
+    def quotas_left_out(self) -> bool:
+        """A monthly quota is projected: what it would reject is not in ``rejected_new``
+        (the API's field of that name, from when no quota was estimated)."""
+        return any(isinstance(quota, Projection) for quota in self.quotas)
+
+    @property
+    def projected_over(self) -> int:
+        """Requests the monthly quotas would reject by their periods' end (projected)."""
+        return max(
+            (q.over for q in self.quotas if isinstance(q, Projection)), default=0
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +112,7 @@ class ImpactRow:
             "worst_minute_rejected": self.worst_minute_rejected,
             "upper_bound": self.upper_bound,
             "quotas_left_out": self.quotas_left_out,
+            "quotas": [quota.to_json() for quota in self.quotas],
         }
 
 
@@ -99,8 +132,9 @@ class Impact:
 
     @property
     def hit(self) -> tuple[ImpactRow, ...]:
-        """Rows the new rules would reject requests of."""
-        return tuple(row for row in self.rows if row.rejected_new)
+        """Rows the new rules would reject requests of, or a monthly quota would by
+        its period's end."""
+        return tuple(row for row in self.rows if row.rejected_new or row.projected_over)
 
     def for_tenant(self, tenant: str) -> tuple[ImpactRow, ...]:
         return tuple(row for row in self.rows if row.tenant == tenant)
@@ -154,7 +188,7 @@ def impact_estimate(
     after = Resolver(new)
     buckets: dict[tuple[int, int], tuple[Bucket, ...]] = {}
     changed: dict[tuple[str, str], tuple[Bucket, ...]] = {}
-    quotas: set[tuple[str, str]] = set()  #: series whose new policy has a quota
+    quotas: dict[tuple[str, str], _Quotas] = {}  #: series whose new policy has some
     every = series_of(sorted(reached), since, until)
     for series in every:
         route = series.route if series.route in new.routes else None
@@ -164,21 +198,29 @@ def impact_estimate(
         if before is not None:
             was = before.resolve(tenant=series.tenant or None, route=route, now=moment)
             if was.policy.limits == policy.limits:
-                continue  # the change leaves this series' buckets as they were
+                continue  # the change leaves this series' limits as they were
         cost = new.routes[route].cost if route else 1
-        key = (id(policy), cost)
-        if key not in buckets:
-            buckets[key] = buckets_of(policy, route_cost=cost)
-        changed[(series.tenant, series.route)] = buckets[key]
-        if quotas_left_out(policy):
-            quotas.add((series.tenant, series.route))
+        shape = (id(policy), cost)
+        if shape not in buckets:
+            buckets[shape] = buckets_of(policy, route_cost=cost)
+        changed[(series.tenant, series.route)] = buckets[shape]
+        if held := quotas_of(policy):
+            calendar = new.calendar(series.tenant)
+            zone = (new.zones.get(calendar.zone, UTC_RULE), calendar.billing_day)
+            quotas[(series.tenant, series.route)] = _Quotas(
+                held, cost, policy.route, zone
+            )
     risky = [
         s
         for s in every
         if (s.tenant, s.route) in changed
         and could_reject(changed[(s.tenant, s.route)], s.busiest)
     ]
-    replays = _replay_all(risky, changed, since, until)
+    keys = {(s.tenant, s.route) for s in risky} | quotas.keys()
+    read = [s for s in every if (s.tenant, s.route) in keys]
+    hours = hours_of(read, since, until)
+    replays, steps = _replay_all(hours, changed, quotas, since, until)
+    counted = _count_quotas(steps, quotas, since, until)
     rows = []
     for series in every:
         key = (series.tenant, series.route)
@@ -186,46 +228,164 @@ def impact_estimate(
             continue
         result = replays.get(key)
         worst = result.worst_minute if result else None
+        found = counted.get(key, ())
+        days = sum(q.over for q in found if isinstance(q, DayCount))
         rows.append(
             ImpactRow(
                 tenant=series.tenant,
                 route=series.route,
                 seen=series.seen,
                 rejected_now=series.limited,
-                rejected_new=result.rejected if result else 0,
+                rejected_new=(result.rejected if result else 0) + days,
                 worst_minute=None
                 if worst is None
                 else datetime.fromtimestamp(worst * 60, UTC),
                 worst_minute_rejected=result.worst_rejected if result else 0,
-                upper_bound=not all(b.per_tenant for b in changed[key]),
-                quotas_left_out=key in quotas,
+                upper_bound=not all(b.per_tenant for b in changed[key])
+                or (key in quotas and quotas[key].per_user),
+                quotas=found,
             )
         )
-    rows.sort(key=lambda r: (-r.rejected_new, -r.seen, r.tenant, r.route))
+    rows.sort(
+        key=lambda r: (-r.rejected_new, -r.projected_over, -r.seen, r.tenant, r.route)
+    )
     return Impact(since, until, tuple(rows), len(reached), len(risky))
 
 
+@dataclass(frozen=True)
+class _Quotas:
+    """A series' calendar quotas in the new rules, and what counting them needs."""
+
+    limits: tuple[CalendarQuota, ...]
+    cost: int  #: the route's request cost
+    route: str  #: the policy's route (``*``: one key for every route)
+    zone: tuple[str, int]  #: the tenant's zone rule and billing day
+
+    @property
+    def per_user(self) -> bool:
+        """A quota counts per user, key or IP: counted as one client, a ceiling."""
+        return any(limit.dimension is not Dimension.TENANT for limit in self.limits)
+
+
 def _replay_all(
-    risky: list[Series],
+    hours: dict[tuple[str, str], list[tuple[int, int, int, int]]],
     buckets: dict[tuple[str, str], tuple[Bucket, ...]],
+    quotas: dict[tuple[str, str], _Quotas],
     since: datetime,
     until: datetime,
-) -> dict[tuple[str, str], Replayed]:
+) -> tuple[dict[tuple[str, str], Replayed], dict[tuple[str, str], list[Step]]]:
     """Replay the series that could be rejected: the hours the new buckets admit whole
-    are stepped whole, the minutes of the others read in one more statement."""
-    hours = hours_of(risky, since, until)
-    busy = [
-        (tenant, route, at)
-        for (tenant, route), rows in hours.items()
-        for at, n, minute_n, second_n in rows
-        if could_reject(buckets[(tenant, route)], (second_n, minute_n, n, n))
-    ]
-    minutes = minutes_of(busy, since, until)
-    results = {}
+    are stepped whole, the minutes of the others read in one more statement, with
+    those of the hours a quota's period starts in. Also each quota series' steps
+    (:data:`Step`): its hours, and the minutes of an hour a period starts in."""
+    cut = {
+        key: set(
+            boundaries(q.limits, q.zone, int(since.timestamp()), int(until.timestamp()))
+        )
+        for key, q in quotas.items()
+    }
+    busy = set()
+    for (tenant, route), rows in hours.items():
+        for at, n, minute_n, second_n in rows:
+            key = (tenant, route)
+            if (
+                key in buckets
+                and could_reject(buckets[key], (second_n, minute_n, n, n))
+            ) or any(at * 60 < b < (at + 60) * 60 for b in cut.get(key, ())):
+                busy.add((tenant, route, at))
+    minutes = minutes_of(sorted(busy), since, until)
+    results, steps = {}, {}
     for key, rows in hours.items():
-        steps: list[Minute | Quiet] = []
+        spans: list[Minute | Quiet] = []
         for at, n, _, _ in rows:
             found = minutes.get((*key, at))
-            steps += found if found is not None else [Quiet(at, 60, n)]
-        results[key] = replay(steps, buckets[key])
-    return results
+            spans += found if found is not None else [Quiet(at, 60, n)]
+        result = replay(spans, buckets[key])
+        results[key] = result
+        if key in quotas:
+            steps[key] = [_step(span, result.lost) for span in spans]
+    return results, steps
+
+
+def _step(span: Minute | Quiet, lost: dict[int, int]) -> Step:
+    """A replayed minute or quiet stretch with what the buckets rejected of it (none
+    of a quiet one: the replay admits it whole)."""
+    if isinstance(span, Quiet):
+        return (span.at, span.minutes, span.count, 0)
+    return (span.at, 1, span.count, lost.get(span.at, 0))
+
+
+def _count_quotas(
+    steps: dict[tuple[str, str], list[Step]],
+    quotas: dict[tuple[str, str], _Quotas],
+    since: datetime,
+    until: datetime,
+) -> dict[tuple[str, str], tuple[DayCount | Projection, ...]]:
+    """Each quota series' daily quotas counted and monthly ones projected, after one
+    read of the monthly ones' counts in Redis."""
+    start, now = int(since.timestamp()), int(until.timestamp())
+    used, unavailable = _used_now(quotas, now)
+    counted: dict[tuple[str, str], tuple[DayCount | Projection, ...]] = {}
+    for key, q in quotas.items():
+        found: list[DayCount | Projection] = []
+        series = steps.get(key, [])
+        daily = [limit for limit in q.limits if limit.per == "day"]
+        if daily:
+            found.append(
+                count_days(
+                    series, daily, cost=q.cost, zone=q.zone, since=start, until=now
+                )
+            )
+        for limit in q.limits:
+            if limit.per != "month":
+                continue
+            count = used.get((key, limit))
+            found.append(
+                project_month(
+                    series,
+                    limit,
+                    cost=q.cost,
+                    zone=q.zone,
+                    since=start,
+                    now=now,
+                    used=count,
+                    used_from="redis"
+                    if count is not None
+                    else "redis_unavailable"
+                    if unavailable
+                    else "record",
+                )
+            )
+        counted[key] = tuple(found)
+    return counted
+
+
+def _used_now(
+    quotas: dict[tuple[str, str], _Quotas], now: int
+) -> tuple[dict[tuple[tuple[str, str], CalendarQuota], int], bool]:
+    """The count in Redis, this period, of each per-tenant monthly quota that has one,
+    and whether Redis did not answer (then none has)."""
+    wanted = [
+        ((tenant, route), limit)
+        for (tenant, route), q in quotas.items()
+        for limit in q.limits
+        if limit.per == "month" and limit.dimension is Dimension.TENANT and tenant
+    ]
+    if not wanted:
+        return {}, False
+    periods = []
+    for key, limit in wanted:
+        q = quotas[key]
+        start = period_bounds(now, limit.per, limit.cycle, *q.zone)[0]
+        periods.append((quota_key(q.route, limit, key[0]), start))
+    try:
+        counts = quotas_used(periods)
+    except redis.RedisError as exc:
+        log.warning("impact.quota_usage_unavailable", extra={"error": str(exc)})
+        return {}, True
+    found = {
+        one: count
+        for one, count in zip(wanted, counts, strict=True)
+        if count is not None
+    }
+    return found, False

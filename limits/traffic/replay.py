@@ -33,11 +33,9 @@ How the replay can err (also in ``docs/stats.md``):
   traffic were one client: an upper bound (the split is not recorded).
 * Requests rejected today are replayed too, as if their clients had sent them
   anyway; clients that back off after a 429 would send fewer.
-* Calendar quotas (per day or month) are left out, not replayed as buckets: a
-  quota's count runs over a whole day or month from a boundary in the tenant's
-  time zone, which a few days of recorded traffic do not hold. A series whose
-  policy has one says so (``quotas_left_out``), and its estimate is that of
-  the policy's other limits.
+* Calendar quotas (per day or month) are not buckets: the estimate counts them
+  over the recorded local days, or projects a month (``limits.traffic.quotas``),
+  from the minutes this replay finds its buckets rejecting (``Replayed.lost``).
 """
 
 from __future__ import annotations
@@ -61,7 +59,7 @@ __all__ = [
     "Replayed",
     "buckets_of",
     "could_reject",
-    "quotas_left_out",
+    "quotas_of",
     "replay",
 ]
 
@@ -82,7 +80,7 @@ class Bucket:
 
 def buckets_of(policy: Policy, *, route_cost: int) -> tuple[Bucket, ...]:
     """The enforced (non-shadow) limits of ``policy`` as buckets; shadow limits never
-    reject, and calendar quotas are left out (:func:`quotas_left_out`)."""
+    reject, and calendar quotas are not buckets (:func:`quotas_of`)."""
     buckets = []
     for limit in policy.limits:
         if limit.shadow or isinstance(limit, CalendarQuota):
@@ -100,10 +98,12 @@ def buckets_of(policy: Policy, *, route_cost: int) -> tuple[Bucket, ...]:
     return tuple(buckets)
 
 
-def quotas_left_out(policy: Policy) -> bool:
-    """Whether ``policy`` enforces a calendar quota, which the replay leaves out."""
-    return any(
-        isinstance(limit, CalendarQuota) and not limit.shadow for limit in policy.limits
+def quotas_of(policy: Policy) -> tuple[CalendarQuota, ...]:
+    """The enforced calendar quotas of ``policy``, which :func:`buckets_of` leaves out."""
+    return tuple(
+        limit
+        for limit in policy.limits
+        if isinstance(limit, CalendarQuota) and not limit.shadow
     )
 
 
@@ -133,6 +133,9 @@ class Replayed:
     rejected: int  #: of them, rejected by the buckets
     worst_minute: int | None  #: the minute (since the epoch) with most rejections
     worst_rejected: int  #: rejections in that minute
+    #: rejections per minute (since the epoch), minutes without any left out: what
+    #: a calendar quota's count must not include (a rejected request charges nothing)
+    lost: dict[int, int]
 
 
 def could_reject(buckets: Iterable[Bucket], busiest: Sequence[int]) -> bool:
@@ -167,6 +170,7 @@ def replay(steps: Iterable[Minute | Quiet], buckets: Sequence[Bucket]) -> Replay
     clock: int | None = None
     seen = rejected = worst_rejected = 0
     worst_minute = None
+    lost_in: dict[int, int] = {}
     for minute in steps:
         start = minute.at * _MINUTE
         if clock is not None and start > clock:
@@ -192,9 +196,11 @@ def replay(steps: Iterable[Minute | Quiet], buckets: Sequence[Bucket]) -> Replay
             continue
         lost = _replay_seconds(minute.seconds or _spread(minute.count), debts, buckets)
         rejected += lost
+        if lost:
+            lost_in[minute.at] = lost
         if lost > worst_rejected:
             worst_minute, worst_rejected = minute.at, lost
-    return Replayed(seen, rejected, worst_minute, worst_rejected)
+    return Replayed(seen, rejected, worst_minute, worst_rejected, lost_in)
 
 
 def _active(seconds: Sequence[int], j: int) -> tuple[int, int]:

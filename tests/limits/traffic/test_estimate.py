@@ -75,28 +75,3 @@ def test_estimate__under_the_new_limit__reported_unhurt_without_a_replay():
     (row,) = impact.rows
     assert (row.seen, row.rejected_new, row.worst_minute) == (200, 0, None)
     assert (impact.replayed, impact.hit) == (0, ())
-
-
-def test_estimate__quota_added__not_replayed_as_a_bucket_and_the_row_says_so():
-    from dataclasses import replace
-
-    from limits.traffic.estimate import CAVEATS
-    from sluice.model import CalendarQuota, Dimension
-
-    # Given acme searching 30 times a second for 20 s a day ago
-    record("acme", "search", NOW - timedelta(days=1), [30] * 20)
-    # When pro's search gets a monthly quota of 100 beside its bucket
-    quota = CalendarQuota(Dimension.TENANT, 100, "month")
-    new = replace(
-        OLD,
-        policies=tuple(
-            replace(p, limits=(*p.limits, quota)) if p.scope == "tier:pro" else p
-            for p in OLD.policies
-        ),
-    )
-    impact = impact_estimate(old=OLD, new=new, diff=rules_diff(OLD, new), now=NOW)
-    # Then the quota is left out of the replay (its bucket admits everything) and said
-    (row,) = impact.rows
-    assert (row.tenant, row.rejected_new, row.quotas_left_out) == ("acme", 0, True)
-    assert row.to_json()["quotas_left_out"] is True
-    assert any("Calendar quotas" in caveat for caveat in CAVEATS)

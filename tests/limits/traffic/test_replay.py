@@ -12,7 +12,7 @@ from limits.traffic.replay import (
     Minute,
     buckets_of,
     could_reject,
-    quotas_left_out,
+    quotas_of,
     replay,
 )
 from sluice import Dimension, Limit, Policy
@@ -211,15 +211,32 @@ def test_buckets_of__sliding_window__replayed_as_limit_per_window_limit_deep():
     assert could_reject([only], [1, 51, 51, 51])
 
 
-def test_buckets_of__calendar_quota__left_out_and_said():
+def test_buckets_of__calendar_quota__not_a_bucket_but_listed_for_the_count():
+    from dataclasses import replace
+
     from sluice.model import CalendarQuota
 
-    # Given 20/s burst 40 and 10,000 a month per tenant
+    # Given 20/s burst 40, 10,000 a month per tenant, and a shadow daily quota
     bucket = Limit(Dimension.TENANT, 20, 1, 40)
     quota = CalendarQuota(Dimension.TENANT, 10000, "month", cycle="billing")
-    policy = Policy("tier:pro", "search", (bucket, quota))
-    # Then only the bucket is replayed, and the policy says a quota was left out
+    shadow = replace(quota, per="day", cycle="calendar", shadow=True)
+    policy = Policy("tier:pro", "search", (bucket, quota, shadow))
+    # Then only the bucket is replayed, and the enforced quota is what the count takes
     (only,) = buckets_of(policy, route_cost=1)
     assert only.capacity == 40 * SECOND // 20
-    assert quotas_left_out(policy)
-    assert not quotas_left_out(Policy("tier:pro", "search", (bucket,)))
+    assert quotas_of(policy) == (quota,)
+    assert quotas_of(Policy("tier:pro", "search", (bucket,))) == ()
+
+
+def test_replay__rejections_kept_per_minute():
+    # Given 10/s burst 10, and two minutes: one of 30 a second for 5 s, one quiet
+    bucket = buckets_of(
+        Policy("tier:pro", "search", (Limit(Dimension.TENANT, 10, 1, 10),)),
+        route_cost=1,
+    )
+    steps = [Minute(100, 150, [30] * 5 + [0] * 55), Minute(101, 5, [1] * 5 + [0] * 55)]
+    # When replayed
+    result = replay(steps, bucket)
+    # Then the minute's rejections are kept by minute, the quiet one not at all
+    assert result.lost == {100: result.rejected}
+    assert result.rejected > 0
