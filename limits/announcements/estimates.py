@@ -18,8 +18,13 @@ __all__ = ["tenant_estimate"]
 
 def tenant_estimate(impact: Impact, tenant: str) -> dict[str, Any] | None:
     """``tenant``'s figures in ``impact``, its routes hardest hit first; None when the
-    new rules would have rejected none of its requests."""
-    rows = [row for row in impact.for_tenant(tenant) if row.rejected_new]
+    new rules would have rejected none of its requests and no monthly quota is
+    projected to reject some."""
+    rows = [
+        row
+        for row in impact.for_tenant(tenant)
+        if row.rejected_new or row.projected_over
+    ]
     if not rows:
         return None
     return {

@@ -7,8 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from limits.choices import Dimension, LimitKind
 from limits.core.audit import Actor
-from limits.models import Limit
+from limits.models import Limit, Policy
 from limits.publishing.services import snapshot_publish
 from tests.recorded import record
 
@@ -92,3 +93,31 @@ def test_snapshot_impact__scheduled_lowering__estimated(
     assert response.status_code == 200
     assert response.json()["rows"][0]["rejected_new"] > 300
     assert not_scheduled.status_code == 404
+
+
+def test_working_copy_impact__daily_quota_added__the_requests_over_it_counted(
+    api, active, product_user
+):
+    # Given the working copy adds a daily quota of 500 to pro's search, whose bucket
+    # (50/s) admits acme's 600 searches of an hour ago
+    policy = Policy.objects.get(tier__slug="pro", route__slug="search")
+    Limit.objects.create(
+        policy=policy,
+        kind=LimitKind.CALENDAR_QUOTA,
+        dimension=Dimension.TENANT,
+        rate=500,
+        period=None,
+        burst=None,
+        quota_per="day",
+        quota_cycle="calendar",
+    )
+    api.as_user(product_user)
+    # When its impact is asked
+    response = api.get(f"{B}/working-copy/impact")
+    # Then the 100 past the 500th are rejected, and the row says it was counted
+    assert response.status_code == 200
+    (row,) = response.json()["rows"]
+    assert row["rejected_new"] == 100
+    (quota,) = row["quotas"]
+    assert (quota["per"], quota["method"], quota["over"]) == ("day", "recorded", 100)
+    assert row["quotas_left_out"] is False

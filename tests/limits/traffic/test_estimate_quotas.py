@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+from django.template.loader import render_to_string
 
 from limits.diff.diffing import rules_diff
 from limits.publishing.services import publishing_lock, snapshot_store
@@ -39,6 +40,20 @@ def estimate(new: Rules, *, old: Rules = OLD, now: datetime = NOW):
     return row
 
 
+def shown(new: Rules, *, old: Rules = OLD, now: datetime = NOW) -> tuple[str, str]:
+    """The estimate as staff read it (the admin's fragment) and as the tenant does
+    (its private page's rows, from the JSON reminders carry)."""
+    impact = impact_estimate(old=old, new=new, diff=rules_diff(old, new), now=now)
+    staff = render_to_string(
+        "admin/limits/snapshot/_impact.html", {"impact": impact, "caveats": CAVEATS}
+    )
+    (row,) = impact.rows
+    tenant = render_to_string(
+        "changelog/_impact_quotas.html", {"quotas": row.to_json()["quotas"]}
+    )
+    return " ".join(staff.split()), " ".join(tenant.split())
+
+
 def test_daily_quota__each_recorded_day_counted_and_the_requests_over_it_rejected():
     # Given acme searched 300 times three days ago, 100 times two days ago, and 250
     # times this morning (5 a second: the bucket admits them all)
@@ -66,6 +81,12 @@ def test_daily_quota__each_recorded_day_counted_and_the_requests_over_it_rejecte
             "worst_day_over": 100,
         }
     ]
+    # and both pages say so, in words
+    for page in shown(with_quota(OLD, CalendarQuota(Dimension.TENANT, 200, "day"))):
+        assert (
+            "Daily quota of 200 requests: 150 requests over it on 2 of 8 local days "
+            "(most on 2026-11-27: 100), counted from the recorded traffic" in page
+        )
 
 
 def test_daily_quota__days_are_the_tenants_local_days_from_its_calendar():
@@ -165,6 +186,13 @@ def test_monthly_quota_lowered__projected_from_the_count_in_redis(redis_client):
     assert row.rejected_new == 0
     assert (row.quotas_left_out, row.projected_over) == (True, month.over)
     assert row.to_json()["quotas"][0]["method"] == "projection"
+    for page in shown(new, old=old, now=now):
+        assert (
+            f"Monthly quota of 1,000 requests (a projection, not included above): "
+            f"would be reached around {month.reaches:%Y-%m-%d}, ~{month.over} requests "
+            f"over by the period's end ({month.period_end:%Y-%m-%d}); 900 used this "
+            "period (counted)" in page
+        )
     assert any("monthly quotas are a projection" in caveat for caveat in CAVEATS)
 
 
