@@ -191,7 +191,7 @@ def project_month(
     projected = rate * (end - now)
     reaches = None
     over = 0
-    if projected > left:
+    if rate and projected > left:  # without traffic, nothing more comes
         reaches = datetime.fromtimestamp(now + max(0, left) / rate, UTC)
         over = int((projected - max(0, left)) // each)
     return Projection(

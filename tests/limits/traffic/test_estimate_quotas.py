@@ -246,3 +246,20 @@ def test_monthly_quota__redis_down__said_and_estimated_from_the_record(
     # Then the estimate still comes, and says where its used count came from
     assert month.used_from == "redis_unavailable"
     assert month.to_json()["used_from"] == "redis_unavailable"
+
+
+def test_project_month__already_past_a_lowered_quota__reached_now_unless_idle():
+    from limits.traffic.quotas import project_month
+
+    # Given 900 used of a quota lowered to 500, on Nov 30 at noon (UTC)
+    quota = CalendarQuota(Dimension.TENANT, 500, "month")
+    now = int(NOW.timestamp())
+    week = now - 7 * 86400
+    args = {"cost": 1, "zone": ("UTC0", 1), "since": week, "now": now, "used": 900}
+    # When projected with 7,000 requests recorded over the week, and with none
+    busy = project_month([(week // 60, 60, 7000, 0)], quota, **args, used_from="redis")
+    idle = project_month([], quota, **args, used_from="redis")
+    # Then the busy tenant is over it at once, by the half day left at 1,000 a day;
+    # the idle one sends nothing more: nothing over
+    assert (busy.reaches, busy.over) == (NOW, 500)
+    assert (idle.reaches, idle.over) == (None, 0)
