@@ -20,25 +20,22 @@ one more pipelined read of Redis.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
 from django.conf import settings
 from django.utils import timezone
 
 from limits.diff.diffing import RulesDiff
-from limits.quotas.usage import quota_key, quotas_used
 from limits.traffic.quotas import (
     DayCount,
     Projection,
+    SeriesQuotas,
     Step,
     boundaries,
-    count_days,
-    project_month,
+    quotas_count,
 )
 from limits.traffic.recorded import hours_of, minutes_of, series_of
 from limits.traffic.replay import (
@@ -52,11 +49,9 @@ from limits.traffic.replay import (
     replay,
 )
 from sluice.calendar import UTC_RULE
-from sluice.model import CalendarQuota, Dimension, Resolver, Rules, period_bounds
+from sluice.model import Resolver, Rules
 
 __all__ = ["CAVEATS", "Impact", "ImpactRow", "impact_estimate"]
-
-log = logging.getLogger(__name__)
 
 #: How an estimate can err, as shown with every estimate (``docs/stats.md``).
 CAVEATS = (
@@ -188,7 +183,9 @@ def impact_estimate(
     after = Resolver(new)
     buckets: dict[tuple[int, int], tuple[Bucket, ...]] = {}
     changed: dict[tuple[str, str], tuple[Bucket, ...]] = {}
-    quotas: dict[tuple[str, str], _Quotas] = {}  #: series whose new policy has some
+    quotas: dict[
+        tuple[str, str], SeriesQuotas
+    ] = {}  #: series whose new policy has some
     every = series_of(sorted(reached), since, until)
     for series in every:
         route = series.route if series.route in new.routes else None
@@ -207,7 +204,7 @@ def impact_estimate(
         if held := quotas_of(policy):
             calendar = new.calendar(series.tenant)
             zone = (new.zones.get(calendar.zone, UTC_RULE), calendar.billing_day)
-            quotas[(series.tenant, series.route)] = _Quotas(
+            quotas[(series.tenant, series.route)] = SeriesQuotas(
                 held, cost, policy.route, zone
             )
     risky = [
@@ -220,7 +217,7 @@ def impact_estimate(
     read = [s for s in every if (s.tenant, s.route) in keys]
     hours = hours_of(read, since, until)
     replays, steps = _replay_all(hours, changed, quotas, since, until)
-    counted = _count_quotas(steps, quotas, since, until)
+    counted = quotas_count(steps, quotas, since, until)
     rows = []
     for series in every:
         key = (series.tenant, series.route)
@@ -252,25 +249,10 @@ def impact_estimate(
     return Impact(since, until, tuple(rows), len(reached), len(risky))
 
 
-@dataclass(frozen=True)
-class _Quotas:
-    """A series' calendar quotas in the new rules, and what counting them needs."""
-
-    limits: tuple[CalendarQuota, ...]
-    cost: int  #: the route's request cost
-    route: str  #: the policy's route (``*``: one key for every route)
-    zone: tuple[str, int]  #: the tenant's zone rule and billing day
-
-    @property
-    def per_user(self) -> bool:
-        """A quota counts per user, key or IP: counted as one client, a ceiling."""
-        return any(limit.dimension is not Dimension.TENANT for limit in self.limits)
-
-
 def _replay_all(
     hours: dict[tuple[str, str], list[tuple[int, int, int, int]]],
     buckets: dict[tuple[str, str], tuple[Bucket, ...]],
-    quotas: dict[tuple[str, str], _Quotas],
+    quotas: dict[tuple[str, str], SeriesQuotas],
     since: datetime,
     until: datetime,
 ) -> tuple[dict[tuple[str, str], Replayed], dict[tuple[str, str], list[Step]]]:
@@ -313,79 +295,3 @@ def _step(span: Minute | Quiet, lost: dict[int, int]) -> Step:
     if isinstance(span, Quiet):
         return (span.at, span.minutes, span.count, 0)
     return (span.at, 1, span.count, lost.get(span.at, 0))
-
-
-def _count_quotas(
-    steps: dict[tuple[str, str], list[Step]],
-    quotas: dict[tuple[str, str], _Quotas],
-    since: datetime,
-    until: datetime,
-) -> dict[tuple[str, str], tuple[DayCount | Projection, ...]]:
-    """Each quota series' daily quotas counted and monthly ones projected, after one
-    read of the monthly ones' counts in Redis."""
-    start, now = int(since.timestamp()), int(until.timestamp())
-    used, unavailable = _used_now(quotas, now)
-    counted: dict[tuple[str, str], tuple[DayCount | Projection, ...]] = {}
-    for key, q in quotas.items():
-        found: list[DayCount | Projection] = []
-        series = steps.get(key, [])
-        daily = [limit for limit in q.limits if limit.per == "day"]
-        if daily:
-            found.append(
-                count_days(
-                    series, daily, cost=q.cost, zone=q.zone, since=start, until=now
-                )
-            )
-        for limit in q.limits:
-            if limit.per != "month":
-                continue
-            count = used.get((key, limit))
-            found.append(
-                project_month(
-                    series,
-                    limit,
-                    cost=q.cost,
-                    zone=q.zone,
-                    since=start,
-                    now=now,
-                    used=count,
-                    used_from="redis"
-                    if count is not None
-                    else "redis_unavailable"
-                    if unavailable
-                    else "record",
-                )
-            )
-        counted[key] = tuple(found)
-    return counted
-
-
-def _used_now(
-    quotas: dict[tuple[str, str], _Quotas], now: int
-) -> tuple[dict[tuple[tuple[str, str], CalendarQuota], int], bool]:
-    """The count in Redis, this period, of each per-tenant monthly quota that has one,
-    and whether Redis did not answer (then none has)."""
-    wanted = [
-        ((tenant, route), limit)
-        for (tenant, route), q in quotas.items()
-        for limit in q.limits
-        if limit.per == "month" and limit.dimension is Dimension.TENANT and tenant
-    ]
-    if not wanted:
-        return {}, False
-    periods = []
-    for key, limit in wanted:
-        q = quotas[key]
-        start = period_bounds(now, limit.per, limit.cycle, *q.zone)[0]
-        periods.append((quota_key(q.route, limit, key[0]), start))
-    try:
-        counts = quotas_used(periods)
-    except redis.RedisError as exc:
-        log.warning("impact.quota_usage_unavailable", extra={"error": str(exc)})
-        return {}, True
-    found = {
-        one: count
-        for one, count in zip(wanted, counts, strict=True)
-        if count is not None
-    }
-    return found, False

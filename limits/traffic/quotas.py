@@ -32,22 +32,30 @@ show more bucket rejections than there would be.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+import redis
+
+from limits.quotas.usage import quota_key, quotas_used
 from sluice.calendar import parse_zone_rule, utc_offset
-from sluice.model import CALENDAR_QUOTA, CalendarQuota, period_bounds
+from sluice.model import CALENDAR_QUOTA, CalendarQuota, Dimension, period_bounds
 
 __all__ = [
     "DayCount",
     "Projection",
+    "SeriesQuotas",
     "Step",
     "boundaries",
     "count_days",
     "project_month",
+    "quotas_count",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Recorded requests of a span: (first minute since the epoch, minutes, requests,
 #: of them rejected by the new buckets)
@@ -203,3 +211,95 @@ def project_month(
         reaches=reaches,
         over=over,
     )
+
+
+@dataclass(frozen=True)
+class SeriesQuotas:
+    """A series' calendar quotas in the new rules, and what counting them needs."""
+
+    limits: tuple[CalendarQuota, ...]
+    cost: int  #: the route's request cost
+    route: str  #: the policy's route (``*``: one key for every route)
+    zone: tuple[str, int]  #: the tenant's zone rule and billing day
+
+    @property
+    def per_user(self) -> bool:
+        """A quota counts per user, key or IP: counted as one client, a ceiling."""
+        return any(limit.dimension is not Dimension.TENANT for limit in self.limits)
+
+
+def quotas_count(
+    steps: dict[tuple[str, str], list[Step]],
+    quotas: dict[tuple[str, str], SeriesQuotas],
+    since: datetime,
+    until: datetime,
+) -> dict[tuple[str, str], tuple[DayCount | Projection, ...]]:
+    """Each series' daily quotas counted and monthly ones projected, from its
+    ``steps`` (its recorded hours, with the buckets' rejections), after one read of
+    the monthly ones' counts in Redis."""
+    start, now = int(since.timestamp()), int(until.timestamp())
+    used, unavailable = _used_now(quotas, now)
+    counted: dict[tuple[str, str], tuple[DayCount | Projection, ...]] = {}
+    for key, q in quotas.items():
+        found: list[DayCount | Projection] = []
+        series = steps.get(key, [])
+        daily = [limit for limit in q.limits if limit.per == "day"]
+        if daily:
+            found.append(
+                count_days(
+                    series, daily, cost=q.cost, zone=q.zone, since=start, until=now
+                )
+            )
+        for limit in q.limits:
+            if limit.per != "month":
+                continue
+            count = used.get((key, limit))
+            found.append(
+                project_month(
+                    series,
+                    limit,
+                    cost=q.cost,
+                    zone=q.zone,
+                    since=start,
+                    now=now,
+                    used=count,
+                    used_from="redis"
+                    if count is not None
+                    else "redis_unavailable"
+                    if unavailable
+                    else "record",
+                )
+            )
+        counted[key] = tuple(found)
+    return counted
+
+
+def _used_now(
+    quotas: dict[tuple[str, str], SeriesQuotas], now: int
+) -> tuple[dict[tuple[tuple[str, str], CalendarQuota], int], bool]:
+    """The count in Redis, this period, of each per-tenant monthly quota that has one,
+    and whether Redis did not answer (then none has)."""
+    wanted = [
+        ((tenant, route), limit)
+        for (tenant, route), q in quotas.items()
+        for limit in q.limits
+        if limit.per == "month" and limit.dimension is Dimension.TENANT and tenant
+    ]
+    if not wanted:
+        return {}, False
+    periods = []
+    for key, limit in wanted:
+        q = quotas[key]
+        start = period_bounds(now, limit.per, limit.cycle, *q.zone)[0]
+        periods.append((quota_key(q.route, limit, key[0]), start))
+    try:
+        counts = quotas_used(periods)
+    except redis.RedisError as exc:
+        log.warning("impact.quota_usage_unavailable", extra={"error": str(exc)})
+        return {}, True
+    found = {
+        one: count
+        for one, count in zip(wanted, counts, strict=True)
+        if count is not None
+    }
+    return found, False
