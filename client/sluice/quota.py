@@ -363,11 +363,17 @@ def _words(limit: RateLimit | ConcurrencyLimit) -> tuple[str, Callable[[str], st
 
 
 def public_name(limit: RateLimit | ConcurrencyLimit) -> str:
-    """The limit's name for customers: its own, else ``Rate limit per user``."""
+    """The limit's name for customers: its own, else its kind's noun and subject,
+    ``Rate limit per user``, ``Monthly quota per account``."""
     if limit.name:
         return limit.name
-    kind = "Concurrency" if isinstance(limit, ConcurrencyLimit) else "Rate"
-    return f"{kind} limit {_SUBJECT_WORDS[limit.dimension]}"
+    if isinstance(limit, ConcurrencyLimit):
+        noun = "Concurrency limit"
+    else:
+        from sluice.kinds import kind_of  # the kinds import this module's value types
+
+        noun = kind_of(limit).noun(limit)
+    return f"{noun} {_SUBJECT_WORDS[limit.dimension]}"
 
 
 def public_description(limit: RateLimit | ConcurrencyLimit) -> str:

@@ -43,6 +43,7 @@ from sluice.model import (
     limit_in_words,
     parse_limit,
     parse_rules,
+    public_name,
 )
 from sluice.plans import compile_policy
 from sluice.testing import Clock
@@ -124,6 +125,9 @@ class SpacingKind:
 
     def advertised(self, limit: Spacing, shape: Gap) -> Advertised:
         return Advertised(f"{limit.dimension.value}-spacing", 1, limit.period)
+
+    def noun(self, limit: Spacing) -> str:
+        return "Spacing"
 
     def terse(self, limit: Spacing) -> str:
         return f"one request per {limit.period} s"
@@ -210,6 +214,7 @@ def test_kinds__a_kind_written_in_a_test__validated_and_compared(spacing):
     # And the admin, the diff, the changelog and the 429 say it in the kind's words
     assert describe_limit(before) == "per ip: one request per 10 s"
     assert limit_in_words(before) == "one request every 10 seconds per IP address"
+    assert public_name(before) == "Spacing per IP address"
 
 
 def test_kinds__registering_a_second_kind_for_a_type__refused(spacing):

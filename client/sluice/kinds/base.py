@@ -140,6 +140,11 @@ class LimitKind(Protocol):
         """The limit's ``RateLimit-Policy`` item."""
         ...
 
+    def noun(self, limit: Any) -> str:
+        """What customers call a limit of the kind, before its subject: ``Rate
+        limit`` (per user), ``Monthly quota`` (per account); its default public name."""
+        ...
+
     def terse(self, limit: Any) -> str:
         """``limit`` for the people who set limits, after its subject (the admin,
         the diff): ``100 / s, burst 200``; its cost and options included."""

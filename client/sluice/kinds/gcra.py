@@ -140,6 +140,10 @@ class Gcra:
             -(-shape.capacity // _MICROS),
         )
 
+    def noun(self, limit: Limit) -> str:
+        """``Rate limit``."""
+        return "Rate limit"
+
     def terse(self, limit: Limit) -> str:
         """``100 / s, burst 200``, then its cost and hot-key options."""
         text = f"{limit.rate:,} / {PERIODS[limit.period]}, burst {limit.burst:,}"

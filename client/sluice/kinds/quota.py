@@ -186,6 +186,10 @@ class CalendarQuotaKind:
             shape.end - shape.start,
         )
 
+    def noun(self, limit: CalendarQuota) -> str:
+        """``Daily quota`` or ``Monthly quota``."""
+        return "Daily quota" if limit.per == "day" else "Monthly quota"
+
     def terse(self, limit: CalendarQuota) -> str:
         """``monthly quota (billing cycle) of 10,000 requests``, then its cost."""
         text = f"{quota_name(limit)} of {requests_phrase(limit.limit)}"

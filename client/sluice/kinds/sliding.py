@@ -159,6 +159,10 @@ class SlidingKind:
             limit.window,
         )
 
+    def noun(self, limit: SlidingWindow) -> str:
+        """``Rate limit``: a window is a rate to customers."""
+        return "Rate limit"
+
     def terse(self, limit: SlidingWindow) -> str:
         """``100 requests per minute, sliding window``, then its cost."""
         text = f"{requests_phrase(limit.limit)} per {PERIOD_WORDS[limit.window]}"

@@ -244,7 +244,13 @@ local function public_name(s)
   if s.limit.name then
     return s.limit.name
   end
-  return (s.concurrent and "Concurrency" or "Rate") .. " limit " .. SUBJECT_WORDS[s.limit.dimension]
+  local noun = "Rate limit" -- sluice.kinds' LimitKind.noun
+  if s.concurrent then
+    noun = "Concurrency limit"
+  elseif s.limit.kind == "calendar_quota" then
+    noun = s.limit.per == "day" and "Daily quota" or "Monthly quota"
+  end
+  return noun .. " " .. SUBJECT_WORDS[s.limit.dimension]
 end
 
 local function public_description(s)
