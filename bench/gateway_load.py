@@ -1,10 +1,20 @@
-"""Load and what it costs, for the gateway speed bench: ``wrk`` at saturation, ``grpc.aio``
-closed loops, and the CPU seconds of process trees (``/proc``).
+"""Load and what it costs, for the gateway benches: ``wrk`` at saturation and at a
+set rate, ``grpc.aio`` closed loops, and the CPU seconds of process trees (``/proc``).
 
 ``wrk`` (Debian, ``.ci/apt-packages``) is the HTTP load generator when it is
 installed: C, one thread, a random tenant per request from a Lua script; else
 the asyncio client of ``bench/gateways.py`` does the same, at a higher CPU cost
 on the machine's shared cores.
+
+Latency at a set rate (:func:`paced`): ``wrk`` again, its requests due at the
+arrivals of a Poisson process at the rate (one schedule for the thread, each
+request sent by the first of 32 connections free at its time), reporting its
+own percentiles. A request is timed from its send: when all 32 connections are
+busy at a request's time, the wait until one is free is not in its latency (at
+50 % of capacity this is rare; the rate reached is printed). The Python pacer (``bench/gateways.py:paced_latencies``, the fallback
+without wrk) times from when each request was due, but costs these two cores
+so much that its tail was its own: nginx answering 204 itself measured p99
+0.35-0.5 ms with wrk and 2-10 ms with the Python pacer at the same rate.
 """
 
 from __future__ import annotations
@@ -28,7 +38,14 @@ import grpc
 import yaml
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
-from bench.gateways import TENANTS, closed_loop, http_rate, rls_request
+from bench.common import percentile
+from bench.gateways import (
+    TENANTS,
+    closed_loop,
+    http_rate,
+    paced_latencies,
+    rls_request,
+)
 
 CONNECTIONS = 64
 GRPC_CHANNELS = 8  #: so that the workers of one service share the connections
@@ -141,6 +158,93 @@ async def grpc_rate(port: int, seconds: float) -> float:
     finally:
         for channel in channels:
             await channel.close()
+
+
+PACED_SCRIPT = """
+local ffi = require "ffi"
+ffi.cdef[[
+  typedef struct { long tv_sec; long tv_nsec; } sluice_timespec;
+  int clock_gettime(int clock, sluice_timespec *now);
+]]
+local clock = ffi.new("sluice_timespec")
+local function now_ms()
+  ffi.C.clock_gettime(1, clock) -- CLOCK_MONOTONIC
+  return tonumber(clock.tv_sec) * 1000 + tonumber(clock.tv_nsec) / 1e6
+end
+local headers = {%(fixed)s}
+local gap_ms = 1000 / %(rate)f
+local due = nil
+request = function()
+  headers["X-Tenant"] = "t" .. math.random(0, %(last)d)
+  return wrk.format("GET", "%(path)s", headers)
+end
+-- one schedule for the thread's connections: arrivals of a Poisson process at the
+-- rate, each request sent by the first connection free at its time (at once if
+-- it is late: then the wait before the send is not in its latency)
+delay = function()
+  local now = now_ms()
+  due = math.max(due or now, now - 1000) - gap_ms * math.log(1 - math.random())
+  return math.max(0, due - now)
+end
+done = function(summary, latency, requests)
+  io.write(string.format("PACED %%d %%d %%d %%d %%d\\n", summary.requests,
+    summary.duration, latency:percentile(50), latency:percentile(99),
+    summary.errors.status + summary.errors.connect + summary.errors.read +
+    summary.errors.write + summary.errors.timeout))
+end
+"""
+
+
+@dataclass
+class Paced:
+    """What a run at a set rate measured."""
+
+    per_s: float  #: requests per second reached
+    p50: float  #: ms
+    p99: float  #: ms
+    errors: int = 0  #: non-2xx answers and socket errors
+
+
+def paced(
+    port: int,
+    rate: float,
+    seconds: float,
+    path: str = SEARCH,
+    fixed: dict[str, str] | None = None,
+    connections: int = 32,
+) -> Paced:
+    """p50 / p99 of ``connections`` sending ``rate`` requests/s in all for ``seconds``
+    (random tenants; wrk, else the Python pacer)."""
+    if WRK is None:
+        ordered = asyncio.run(paced_latencies(port, rate, seconds, connections))
+        return Paced(len(ordered) / seconds, *_p50_p99(ordered))
+    pairs = ", ".join(f'["{k}"] = "{v}"' for k, v in (fixed or {}).items())
+    text = PACED_SCRIPT % {
+        "fixed": pairs,
+        "connections": connections,
+        "rate": rate,
+        "last": TENANTS - 1,
+        "path": path,
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(text)
+    command = [WRK, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s"]
+    command += ["--timeout", "10s", "-s", script.name, f"http://127.0.0.1:{port}"]
+    try:
+        out = subprocess.run(
+            command, capture_output=True, text=True, timeout=120
+        ).stdout
+    finally:
+        os.unlink(script.name)
+    found = re.search(r"^PACED (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"wrk said:\n{out}")
+    requests, micros, p50, p99, errors = map(int, found.groups())
+    return Paced(requests / (micros / 1e6), p50 / 1000, p99 / 1000, errors)
+
+
+def _p50_p99(ordered: list[float]) -> tuple[float, float]:
+    return percentile(ordered, 0.5), percentile(ordered, 0.99)
 
 
 def envoy_failed_open(config: Path) -> int:

@@ -14,11 +14,9 @@ itself (``bench/gateway_variants.py``): requests per second at 64 keep-alive
 connections and per core (requests per CPU second of the gateway, the decision
 service and Redis), then the p50 / p99 latency at fixed rates of 50 % and 90 %
 of each Sluice variant's capacity, for it and its baselines at the same rate.
-The fixed rates are sent by the asyncio client of ``bench/gateways.py``, which
-costs the shared cores more than ``wrk``: the capacity they are a share of is
-measured again with that client (closed loop, 64 connections), so that 90 %
-is 90 % of what the gateway sustains beside that load generator; each rate
-is sent for 0.5 s first, not counted (connections, the first decisions).
+The set rates are sent by ``wrk`` too (:func:`bench.gateway_load.paced`: 32
+connections, exponential gaps; the Python pacer when wrk is missing); each
+rate is sent for a second first, not counted (connections, the first decisions).
 
 Every answer counted is Sluice's own decision: the service has a 1 s Redis
 timeout and the gateways give it seconds (``tests.gateways.servers.GENEROUS``),
@@ -42,7 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench import gateway_variants as gv
-from bench.common import machine_line, median, percentile, spread, table
+from bench.common import machine_line, median, spread, table
 from bench.gateway_load import (
     CONNECTIONS,
     SEARCH,
@@ -51,17 +49,18 @@ from bench.gateway_load import (
     envoy_failed_open,
     grpc_rate,
     measured,
+    paced,
     saturate,
 )
-from bench.gateways import TENANTS, http_rate, paced_latencies, upstream_envoy
+from bench.gateways import TENANTS, upstream_envoy
 from bench.load import load_rules
 from sluice import Bundle
 from tests.client.protocol_server import ProtocolServer
 from tests.gateways import servers
 from tests.servers import RedisServer
 
-#: Seconds sent at a fixed rate, and not counted, before its latency is measured.
-WARM_UP = 0.5
+#: Seconds sent at a set rate, and not counted, before its latency is measured.
+WARM_UP = 1.0
 #: What nginx and Traefik send the decision service for a search (forward-auth).
 ASK = {"X-Forwarded-Method": "GET", "X-Forwarded-Uri": SEARCH}
 
@@ -112,8 +111,11 @@ def service_part(
 # -- part 2: the gateways ---------------------------------------------------------
 
 
-def capacity_part(gateways: list[gv.Gateway], seconds: float, repeats: int) -> None:
-    """Requests/s at saturation and per core of every variant, against its no-limit one."""
+def capacity_part(
+    gateways: list[gv.Gateway], seconds: float, repeats: int
+) -> dict[int, float]:
+    """Requests/s at saturation and per core of every variant, against its no-limit
+    one; returns each variant's median requests/s (by its index)."""
     runs: dict[int, list[Run]] = defaultdict(list)
     for _ in range(repeats):
         for index, gateway in enumerate(gateways):
@@ -144,31 +146,32 @@ def capacity_part(gateways: list[gv.Gateway], seconds: float, repeats: int) -> N
     )
     header = ["gateway", "variant", "requests/s", "per core", "x no limit"]
     print(table([*header, "non-2xx + socket errors"], rows) + "\n")
+    return {i: median(r.per_s for r in got) for i, got in runs.items()}
 
 
-def latency_part(gateways: list[gv.Gateway], seconds: float, repeats: int) -> None:
-    """p50 / p99 at 50 % and 90 % of each Sluice variant's capacity, with its baselines."""
+def latency_part(
+    gateways: list[gv.Gateway],
+    capacity: dict[int, float],
+    seconds: float,
+    repeats: int,
+) -> None:
+    """p50 / p99 at 50 % and 90 % of each Sluice variant's ``capacity``, with its baselines."""
     rows = []
-    for sluice in (g for g in gateways if g.variant == gv.SLUICE):
-        full = median(
-            asyncio.run(http_rate(sluice.port, CONNECTIONS, seconds, SEARCH, {}))
-            for _ in range(repeats)
-        )
+    for index, sluice in enumerate(gateways):
+        if sluice.variant != gv.SLUICE:
+            continue
+        full = capacity[index]
         group = [sluice] + [
             g for g in gateways if g.family == sluice.family and g.variant != gv.SLUICE
         ]
         for share in (0.5, 0.9):
             for gateway in group:  # warm up: connections, the first decisions
-                asyncio.run(paced_latencies(gateway.port, share * full, WARM_UP))
+                paced(gateway.port, share * full, WARM_UP)
             got: dict[str, list[tuple[float, float]]] = defaultdict(list)
             for _ in range(repeats):
                 for gateway in group:
-                    ordered = asyncio.run(
-                        paced_latencies(gateway.port, share * full, seconds)
-                    )
-                    got[gateway.variant].append(
-                        (percentile(ordered, 0.5), percentile(ordered, 0.99))
-                    )
+                    run = paced(gateway.port, share * full, seconds)
+                    got[gateway.variant].append((run.p50, run.p99))
             added = [
                 s[1] - n[1] for s, n in zip(got[gv.SLUICE], got[gv.NONE], strict=True)
             ]
@@ -179,7 +182,8 @@ def latency_part(gateways: list[gv.Gateway], seconds: float, repeats: int) -> No
             rate = f"{share:.0%} of {full:.0f}/s"
             rows.append([sluice.name, rate, *cells, spread(added, 2)])
     print(
-        "### Latency at fixed rates: ms, p50 / p99, timed from when each request was due\n"
+        "### Latency at set rates: ms, p50 / p99 (wrk, 32 connections, exponential "
+        "gaps, each request timed from its send: bench/gateway_load.py)\n"
     )
     header = ["gateway", "rate", "no limit", "local limiter", "Sluice"]
     print(table([*header, "p99 added by Sluice"], rows) + "\n")
@@ -237,8 +241,8 @@ def main() -> None:
         service_part(compared, seconds, repeats)
         upstream = stack.process(upstream_envoy(stack.workdir))
         gateways = gv.start_gateways(stack, behind, upstream.port)
-        capacity_part(gateways, seconds, repeats)
-        latency_part(gateways, seconds, repeats)
+        capacity = capacity_part(gateways, seconds, repeats)
+        latency_part(gateways, capacity, seconds, repeats)
         failed_open(gateways)
         print(f"After the run: {machine_line()}.")
     finally:

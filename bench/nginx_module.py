@@ -13,21 +13,24 @@ answers 200 itself), on the same Redis:
 - **forward-auth**: ``docs/gateways/nginx.conf``: ``auth_request`` to the decision
   service (``sluice-decide``), which runs the same script.
 
-Three more, for capacity only, to say where a decision's cost goes: the
-**module answering itself**, auto-pipelined and with a connection per call
-(the same configuration with ``proxy_pass`` replaced by a 204 from Lua:
-decisions/s with no upstream, what the target against ``redis-benchmark``
-compares), and the **EVALSHA floor**: an ``access_by_lua`` that only runs the
-same script with the same keys over a pooled lua-resty-redis connection, the
-least a Lua module making its own Redis call per request costs.
+Five more, answering 204 themselves instead of proxying (no upstream), to say
+where a decision's cost goes: **no limit**; the **module**, auto-pipelined, with
+a connection per call, and with **two workers** (``worker_processes 2``: each
+its own Lua state, flusher and connection); and the **EVALSHA floor**: an
+``access_by_lua`` that only runs the same script with the same keys over a
+pooled lua-resty-redis connection, the least a Lua module making its own Redis
+call per request costs. The module answering itself is what the target against
+``redis-benchmark`` compares (decisions/s with no upstream).
 
 For each: requests per second at 64 connections (its capacity, measured with
 ``wrk`` when it is installed, ``apt-get install wrk``, else with the Python
 load generator of ``bench/gateways.py``, which is then the bottleneck), and the
-CPU each request cost nginx's worker (and the decision service); then p50 / p99
-latency at fixed rates of 50 % and 90 % of the module's capacity (forward-auth
-and the module with a connection per call: of their own), each request timed
-from when it was due; and
+CPU each request cost nginx's workers (and the decision service); then p50 /
+p99 latency at set rates (:data:`PACED_RUNS`: 50 % and 90 % of the module's
+capacity for the proxying ones, of the module answering itself for the 204
+ones; forward-auth, the connection per call and the floor at shares of their
+own), sent and timed by ``wrk`` (:func:`bench.gateway_load.paced`); the p99
+each adds to the nginx without a limit at the same rate; and
 ``redis-benchmark`` running EVALSHA of the same script with the same keys and
 arguments, in each repeat beside the gateways, as the ceiling a Redis-bound
 gateway can reach.
@@ -51,8 +54,9 @@ from pathlib import Path
 
 import redis
 
-from bench.common import machine_line, median, percentile, spread
-from bench.gateways import TENANTS, http_rate, paced_latencies, upstream_envoy
+from bench.common import machine_line, median, spread
+from bench.gateway_load import Paced, paced
+from bench.gateways import TENANTS, http_rate, upstream_envoy
 from bench.load import load_rules
 from sluice import Bundle
 from sluice.bucket import SCRIPT
@@ -111,14 +115,29 @@ def _nginx(prefix: Path, port: int, text: str) -> servers.Process:
     return servers.Process([*command, "-c", str(config)], port)
 
 
+def two_workers(process: servers.Process) -> servers.Process:
+    """``process`` (an nginx of one worker) with two: each its own Lua state, flusher
+    and Redis connection, as ``worker_processes auto`` gives on two cores."""
+    config = Path(process.command[-1])
+    config.write_text(
+        config.read_text().replace("worker_processes 1;", "worker_processes 2;")
+    )
+    return process
+
+
 def answering_itself(process: servers.Process) -> servers.Process:
-    """``process`` (an nginx of the module) with its upstream replaced by a 204 from Lua."""
+    """``process`` with its upstream replaced by a 204: from Lua's content phase in an
+    nginx with Lua (``return`` would answer in the rewrite phase, before the access
+    phase the module decides in), else by ``return``."""
     config = Path(process.command[-1])
     text = config.read_text()
     proxied = "proxy_pass http://backend;"
     if proxied not in text:
         raise RuntimeError(f"no {proxied!r} in {config}")
-    config.write_text(text.replace(proxied, "content_by_lua_block { ngx.exit(204) }"))
+    answer = (
+        "content_by_lua_block { ngx.exit(204) }" if "lua" in text else "return 204;"
+    )
+    config.write_text(text.replace(proxied, answer))
     return process
 
 
@@ -253,16 +272,17 @@ def evalsha_stats(client: redis.Redis) -> tuple[int, int]:
     return int(stats.get("calls", 0)), int(stats.get("usec", 0))
 
 
-async def measure(
+def measure(
     ports: dict[str, int],
     seconds: float,
     repeats: int,
     cpu: dict[str, list[int]],
     workdir: Path,
     benchmark: Callable[[], float],
-) -> tuple[dict[str, list[float]], dict[tuple[str, int], list[tuple[float, float]]]]:
+) -> tuple[dict[str, list[float]], dict[tuple[str, int], list[Paced]]]:
     """Capacities (``REDIS_BENCHMARK`` too: ``benchmark()`` in each repeat, so that
-    every ratio to it is of the same minutes), then latencies at shares of them."""
+    every ratio to it is of the same minutes), then latencies at shares of them
+    (:data:`PACED_RUNS`)."""
     capacity: dict[str, list[float]] = {name: [] for name in ports}
     capacity[REDIS_BENCHMARK] = []
     for _ in range(repeats):
@@ -272,20 +292,17 @@ async def measure(
             if shutil.which("wrk"):
                 rate = wrk_rate(port, seconds, workdir)
             else:
-                rate = await http_rate(port, 64, seconds, "/v1/search", {})
+                rate = asyncio.run(http_rate(port, 64, seconds, "/v1/search", {}))
             used = cpu_seconds(cpu[name]) - before
             capacity[name].append(rate)
             CPU_PER_REQUEST.setdefault(name, []).append(1e6 * used / (rate * seconds))
-    latencies: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    latencies: dict[tuple[str, int], list[Paced]] = {}
     for share in (50, 90):
         for _ in range(repeats):
-            for name, port in ports.items():
-                if name in CAPACITY_ONLY:
-                    continue
-                base = median(capacity[name if name in OWN_RATE else "module"])
-                ordered = await paced_latencies(port, base * share / 100, seconds)
-                latencies.setdefault((name, share), []).append(
-                    (percentile(ordered, 0.5), percentile(ordered, 0.99))
+            for label, (name, rate_of) in PACED_RUNS.items():
+                rate = median(capacity[rate_of]) * share / 100
+                latencies.setdefault((label, share), []).append(
+                    paced(ports[name], rate, seconds)
                 )
     return capacity, latencies
 
@@ -294,12 +311,32 @@ async def measure(
 REDIS_BENCHMARK = "redis-benchmark"
 #: the module with a pooled connection per call instead of the worker's auto-pipelining
 PER_CALL = "module, a connection per call"
-#: the variants measured for capacity only (where a decision's cost goes)
+#: the variants answering 204 themselves (no upstream): where a decision's cost goes
 ITSELF, FLOOR_NAME = "module answering itself", "EVALSHA floor"
 ITSELF_PER_CALL = "module answering itself, a connection per call"
-CAPACITY_ONLY = (ITSELF, ITSELF_PER_CALL, FLOOR_NAME)
-#: the variants paced at shares of their own capacity (the others: of the module's)
-OWN_RATE = ("forward-auth", PER_CALL)
+ITSELF_2 = "module answering itself, 2 workers"
+PLAIN_204 = "no limit, answering itself"
+#: the variants measured for capacity only
+CAPACITY_ONLY = (ITSELF_PER_CALL, ITSELF_2)
+#: the runs at set rates: label -> (the gateway, whose capacity the rates are shares of)
+PACED_RUNS = {
+    "no limit": ("no limit", "module"),
+    "limit_req": ("limit_req", "module"),
+    "module": ("module", "module"),
+    PER_CALL: (PER_CALL, PER_CALL),
+    "forward-auth": ("forward-auth", "forward-auth"),
+    PLAIN_204: (PLAIN_204, ITSELF),
+    ITSELF: (ITSELF, ITSELF),
+    f"{PLAIN_204}, at the floor's rates": (PLAIN_204, FLOOR_NAME),
+    FLOOR_NAME: (FLOOR_NAME, FLOOR_NAME),
+}
+#: what each paced run's p99 is compared with: the nginx without a limit at the same rate
+#: (the connection per call and forward-auth, at rates of their own, are not compared)
+ADDED = {
+    "module": "no limit",
+    ITSELF: PLAIN_204,
+    FLOOR_NAME: f"{PLAIN_204}, at the floor's rates",
+}
 
 #: µs of CPU per request, per gateway (nginx's worker; forward-auth: and the service's)
 CPU_PER_REQUEST: dict[str, list[float]] = {}
@@ -307,48 +344,49 @@ CPU_PER_REQUEST: dict[str, list[float]] = {}
 
 def report(
     capacity: dict[str, list[float]],
-    latencies: dict[tuple[str, int], list[tuple[float, float]]],
+    latencies: dict[tuple[str, int], list[Paced]],
     evalsha: list[float],
     redis_us: float,
 ) -> None:
     rate = {name: median(values) for name, values in capacity.items()}
     print(
-        "| nginx | requests/s at 64 connections | p50 / p99 ms at 50 % | p50 / p99 ms at 90 % |"
+        "| nginx | requests/s at 64 connections | rates paced (50 % / 90 % of) "
+        "| p50 / p99 ms at 50 % | p50 / p99 ms at 90 % |"
     )
-    print("|---|---|---|---|")
-    for name in capacity:
-        if name in CAPACITY_ONLY:
-            continue
-        cells = [spread(capacity[name], 0)]
+    print("|---|---|---|---|---|")
+    for label, (name, rate_of) in PACED_RUNS.items():
+        cells = [
+            spread(capacity[name], 0) if label == name else "",
+            f"{rate[rate_of] * 0.5:.0f} / {rate[rate_of] * 0.9:.0f} ({rate_of})",
+        ]
         for share in (50, 90):
-            pairs = latencies[(name, share)]
+            runs = latencies[(label, share)]
             cells.append(
-                f"{spread([p for p, _ in pairs], 2)} / {spread([q for _, q in pairs], 2)}"
+                f"{spread([r.p50 for r in runs], 2)} / {spread([r.p99 for r in runs], 2)}"
             )
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        print(f"| {label} | " + " | ".join(cells) + " |")
     print(
-        "\nRates: 50 % and 90 % of the module's capacity "
-        f"({rate['module'] * 0.5:.0f} and {rate['module'] * 0.9:.0f} req/s); "
+        "\nLatency by wrk at a set rate (32 connections, exponential gaps, each "
+        "request timed from its send; bench/gateway_load.py). Rates reached, "
+        "medians at 50 % and 90 %: "
         + "; ".join(
-            f"{name} at 50 % and 90 % of its own ({rate[name] * 0.5:.0f} and "
-            f"{rate[name] * 0.9:.0f} req/s)"
-            for name in OWN_RATE
+            f"{label} {median(r.per_s for r in latencies[(label, 50)]):.0f} and "
+            f"{median(r.per_s for r in latencies[(label, 90)]):.0f}"
+            for label in PACED_RUNS
         )
-        + ".\n"
+        + f". Errors: {sum(r.errors for runs in latencies.values() for r in runs)}.\n"
     )
-    for name in ("module", PER_CALL):
+    for label, baseline in ADDED.items():
         for share in (50, 90):
             added = [
-                m[1] - n[1]
+                m.p99 - n.p99
                 for m, n in zip(
-                    latencies[(name, share)],
-                    latencies[("no limit", share)],
-                    strict=True,
+                    latencies[(label, share)], latencies[(baseline, share)], strict=True
                 )
             ]
             print(
-                f"- p99 added by the {name} at {share} % of its capacity: "
-                f"{spread(added, 2)} ms (target at 50 %: under 1 ms)"
+                f"- p99 added by the {label} at {share} % of its capacity, against "
+                f"{baseline}: {spread(added, 2)} ms (target at 50 %: under 1 ms)"
             )
     print(
         "- CPU per request (µs): "
@@ -359,7 +397,7 @@ def report(
         f"- redis-benchmark EVALSHA of the same script (50 clients, in each repeat): "
         f"{spread(evalsha, 0)}/s; Redis spends {redis_us:.1f} µs per EVALSHA of the gateways'"
     )
-    for name in ("module", PER_CALL, ITSELF, ITSELF_PER_CALL, FLOOR_NAME):
+    for name in ("module", PER_CALL, ITSELF, ITSELF_PER_CALL, ITSELF_2, FLOOR_NAME):
         ratios = [c / b for c, b in zip(capacity[name], evalsha, strict=True)]
         print(
             f"- {name}: {spread(capacity[name], 0)}/s = {spread(ratios, 2)} x "
@@ -427,6 +465,9 @@ def main() -> None:
         gateways = {
             "no limit": plain_nginx(workdir, backend=upstream.port, limit=False),
             "limit_req": plain_nginx(workdir, backend=upstream.port, limit=True),
+            PLAIN_204: answering_itself(
+                plain_nginx(workdir, backend=upstream.port, limit=False)
+            ),
             "module": module("bench-nginx-module"),
             PER_CALL: module("bench-nginx-per-call", pipelining=False),
             "forward-auth": servers.nginx(
@@ -436,6 +477,7 @@ def main() -> None:
                 http=service.http_port,
             ),
             ITSELF: answering_itself(module("bench-nginx-itself")),
+            ITSELF_2: two_workers(answering_itself(module("bench-nginx-itself-2"))),
             ITSELF_PER_CALL: answering_itself(
                 module("bench-nginx-itself-per-call", pipelining=False)
             ),
@@ -459,8 +501,8 @@ def main() -> None:
             excluded[1] += usec
             return rate
 
-        capacity, latencies = asyncio.run(
-            measure(ports, options.seconds, options.repeats, cpu, workdir, benchmark)
+        capacity, latencies = measure(
+            ports, options.seconds, options.repeats, cpu, workdir, benchmark
         )
         calls, usec = evalsha_stats(client)  # the module's and the service's
         evalsha = capacity.pop(REDIS_BENCHMARK)
