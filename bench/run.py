@@ -21,6 +21,8 @@ process and collects what it prints into ``var/bench/report.md``:
 10. nginx enforcing with Sluice's Lua module (``bench/nginx_module.py``);
 11. the gateways through the decision service, Envoy (RLS and ext_authz), nginx,
     HAProxy and Traefik, against their own limiters (``bench/gateway_speed.py``);
+    and what an asyncio process pays per Redis script call, the client's
+    auto-pipeline against a bare protocol (``bench/redis_lane.py``);
 12. the fault scenarios (``tests/faults``, run by pytest; their ``fault:`` lines).
 
 ``--quick`` shrinks every part (a smoke run of a few minutes). Never asserts
@@ -154,6 +156,12 @@ def parts(redis_url: str) -> list[Part]:
             ("-m", "bench.gateway_speed", "--seconds", "3", "--repeats", "3"),
             ("--quick",),
             timeout=1500,
+        ),
+        Part(
+            "A Redis script call from asyncio",
+            ("-m", "bench.redis_lane", "--seconds", "3", "--repeats", "2"),
+            ("--seconds", "1", "--repeats", "1"),
+            timeout=300,
         ),
         Part(
             "Faults",
