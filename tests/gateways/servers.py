@@ -90,7 +90,7 @@ GENEROUS = {
         ("proxy_read_timeout 1s;", f"proxy_read_timeout {DECIDE_TIMEOUT}s;", 1),
     ],
     "nginx-module.conf": [
-        ("redis_timeout = 5,", f"redis_timeout = {DECIDE_TIMEOUT * 1000},", 1),
+        ("redis_timeout = 50,", f"redis_timeout = {DECIDE_TIMEOUT * 1000},", 1),
     ],
     "haproxy.cfg": [
         ("timeout connect 250ms\n", f"timeout connect {CONNECT_TIMEOUT}s\n", 1),
@@ -414,13 +414,15 @@ def nginx_module(
     redis_timeout_ms: int | None = None,
     options: str = "",
     public_keys: Path | None = None,
+    documented: bool = False,
 ) -> Process:
     """nginx enforcing with Sluice's Lua module (``docs/gateways/nginx-module.conf``):
     the client package's Lua files from this checkout, decision events to
     ``events_redis`` when given (else the buckets' Redis), the last good rules in
     ``cache`` (a folder; a new one by default); ``options``: more of the module's
     options, as Lua table fields (``github_headers = true,``); ``public_keys``: the
-    key set it trusts (the tests' key by default)."""
+    key set it trusts (the tests' key by default); ``documented``: the file's own
+    Redis timeout, not a generous one (:data:`GENEROUS`)."""
     prefix = workdir / f"nginx-module-{port}"
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     config = render(
@@ -432,6 +434,7 @@ def nginx_module(
             "control_plane": control_plane,
             "redis": redis,
         },
+        generous=not documented,
     )
     text = config.read_text().replace("/opt/sluice/client/", f"{ROOT / 'client'}/")
     text = text.replace('"nginx-module-1"', f'"{gateway_id}"')

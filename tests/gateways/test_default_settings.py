@@ -1,5 +1,6 @@
 """The four gateways and the decision service at the settings the docs give
-(timeouts, Redis timeout, budget, one worker per core), judged on the limit.
+(timeouts, Redis timeout, budget, one worker per core), and nginx with Sluice's
+module at its own, judged on the limit.
 
 At these settings a busy machine may make the service answer by a route's
 failure mode (a Redis call past its timeout, a call past its deadline) or,
@@ -22,10 +23,13 @@ from collections import Counter
 
 import pytest
 
-from sluice import STREAM_KEY
+from sluice import STREAM_KEY, Bundle
 from tests.client.factories import ROUTES, limit, policy, rules, snapshot
-from tests.gateways.conftest import GATEWAYS
+from tests.client.protocol_server import ProtocolServer
+from tests.gateways import servers
+from tests.gateways.conftest import GATEWAYS, port_of, wait_applied
 from tests.gateways.load import hammer
+from tests.servers import free_port
 
 #: What clients get through: Sluice's admissions, and the gateway's own (Envoy's
 #: stage-0 filter admits when its timer fires; the demo configs do the same).
@@ -139,3 +143,56 @@ def test_documented_settings__envoy_overloaded__every_admission_seen_and_bounded
     # up on the service, come on top (seen, not bounded), and there are none in
     # the strict variant
     assert admitted - (0 if strict else envoy_own) <= bound(20, 20, took)
+
+
+def test_documented_settings__nginx_module_overloaded__every_admission_seen_and_bounded(
+    backend, tmp_path, cache_dir, redis_server, redis_client
+):
+    # Given nginx with Sluice's module as nginx-module.conf has it (its Redis
+    # timeout, one worker), and a tenant allowed 20 searches a second
+    rules_server = ProtocolServer().start()
+    rules_server.serve(Bundle(BUSY))
+    process = servers.nginx_module(
+        tmp_path,
+        port=free_port(),
+        backend=backend.port,
+        control_plane=port_of(rules_server),
+        redis=redis_server.port,
+        token=rules_server.token,
+        cache=cache_dir,
+        documented=True,
+    ).start()
+    try:
+        wait_applied(rules_server, BUSY.version)
+        # When 256 connections search back to back for 4 s, all of that tenant
+        began = time.monotonic()
+        statuses = asyncio.run(
+            hammer(
+                process.port,
+                connections=CONNECTIONS,
+                seconds=SECONDS,
+                path="/v1/search?q=x",
+                headers={"X-Tenant": "acme"},
+            )
+        )
+        took = time.monotonic() - began
+        admitted = statuses[200]
+        print(f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}")
+        # Then every answer is an admission or a refusal
+        assert set(statuses) <= {200, 429}, statuses
+        # and every answer is in Sluice's decision stream (flushed each second
+        # by the running worker), however it was decided
+        outcomes = stream_outcomes(
+            redis_client,
+            tenant="acme",
+            until=lambda o: sum(o.values()) >= sum(statuses.values()),
+        )
+    finally:
+        process.stop()
+        rules_server.stop()
+    print(f"admitted {admitted}; stream {dict(outcomes)}")
+    assert admissions(outcomes) >= admitted, outcomes
+    # and the admissions stay within the limit plus what the one worker's
+    # bounded fail-open may admit on its own (the whole limit)
+    limit_itself = 20 + 20 * took
+    assert admitted <= 2 * limit_itself, (admitted, took, dict(outcomes))

@@ -59,7 +59,7 @@ function _M.new(options)
       port = port,
       db = options.redis_db,
       password = options.redis_password,
-      timeout = options.redis_timeout or 5,
+      timeout = options.redis_timeout or 50,
       pipelining = options.redis_pipelining,
     }),
     engines = nil,
