@@ -18,7 +18,8 @@ process and collects what it prints into ``var/bench/report.md``:
 7. Postgres restarted during a publish, on a private cluster (``bench/pg_restart.py``);
 8. health endpoints and the request log (``bench/health.py``);
 9. the audit log's hash chain: appends, verification (``bench/audit_chain.py``);
-10. nginx enforcing with Sluice's Lua module (``bench/nginx_module.py``);
+10. nginx enforcing with Sluice's Lua module (``bench/nginx_module.py``), and
+    its Redis timeout on a busy machine (``bench/nginx_timeout.py``);
 11. the gateways through the decision service, Envoy (RLS and ext_authz), nginx,
     HAProxy and Traefik, against their own limiters (``bench/gateway_speed.py``);
     and what an asyncio process pays per Redis script call, the client's
@@ -149,6 +150,12 @@ def parts(redis_url: str) -> list[Part]:
             "nginx with Sluice's Lua module",
             ("-m", "bench.nginx_module", "--seconds", "3", "--repeats", "3"),
             ("--seconds", "1", "--repeats", "1"),
+            timeout=600,
+        ),
+        Part(
+            "The nginx module's Redis timeout",
+            ("-m", "bench.nginx_timeout", "--seconds", "5", "--hogs", "2"),
+            ("--seconds", "1", "--hogs", "0"),
             timeout=600,
         ),
         Part(
