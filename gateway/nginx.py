@@ -59,7 +59,7 @@ def render(
             f'redis = "{redis.hostname or "127.0.0.1"}:{redis.port or 6379}", '
             f"redis_db = {database},"
         ),
-        "redis_timeout = 5,": f"redis_timeout = {redis_timeout_ms},",
+        "redis_timeout = 50,": f"redis_timeout = {redis_timeout_ms},",
         "listen 127.0.0.1:10004;": f"listen 127.0.0.1:{port};",
         "server 127.0.0.1:8090;": f"server 127.0.0.1:{backends};",
         "/opt/sluice/client/": f"{client}/",
@@ -99,7 +99,7 @@ def main() -> None:
             backends=int(os.environ.get("SLUICE_BACKENDS_PORT", "8090")),
             prefix=prefix,
             redis_timeout_ms=round(
-                1000 * float(os.environ.get("SLUICE_REDIS_TIMEOUT", "0.005"))
+                1000 * float(os.environ.get("SLUICE_REDIS_TIMEOUT", "0.05"))
             ),
             public_keys=_public_keys(prefix),
         )
