@@ -111,6 +111,22 @@ end
 """
 
 
+def run_wrk(port: int, script: str, connections: int, seconds: float) -> str:
+    """What ``wrk`` (one thread, ``connections``) printed running the Lua ``script``
+    against ``port`` for ``seconds`` (whole seconds, at least one)."""
+    assert WRK is not None
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as file:
+        file.write(script)
+    command = [WRK, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s"]
+    command += ["--timeout", "10s", "-s", file.name, f"http://127.0.0.1:{port}"]
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=120
+        ).stdout
+    finally:
+        os.unlink(file.name)
+
+
 def saturate(
     port: int, seconds: float, path: str = SEARCH, fixed=None
 ) -> tuple[float, int]:
@@ -119,16 +135,7 @@ def saturate(
     if WRK is None:
         return asyncio.run(http_rate(port, CONNECTIONS, seconds, path, fixed)), 0
     pairs = ", ".join(f'["{k}"] = "{v}"' for k, v in fixed.items())
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT % (pairs, TENANTS - 1, path))
-    command = [WRK, "-t1", f"-c{CONNECTIONS}", f"-d{max(1, round(seconds))}s"]
-    command += ["--timeout", "10s", "-s", script.name, f"http://127.0.0.1:{port}"]
-    try:
-        out = subprocess.run(
-            command, capture_output=True, text=True, timeout=120
-        ).stdout
-    finally:
-        os.unlink(script.name)
+    out = run_wrk(port, WRK_SCRIPT % (pairs, TENANTS - 1, path), CONNECTIONS, seconds)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if rate is None:
         raise RuntimeError(f"wrk said:\n{out}")
@@ -226,16 +233,7 @@ def paced(
         "last": TENANTS - 1,
         "path": path,
     }
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(text)
-    command = [WRK, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s"]
-    command += ["--timeout", "10s", "-s", script.name, f"http://127.0.0.1:{port}"]
-    try:
-        out = subprocess.run(
-            command, capture_output=True, text=True, timeout=120
-        ).stdout
-    finally:
-        os.unlink(script.name)
+    out = run_wrk(port, text, connections, seconds)
     found = re.search(r"^PACED (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.MULTILINE)
     if found is None:
         raise RuntimeError(f"wrk said:\n{out}")

@@ -98,6 +98,24 @@ CONNECTIONS = 256  #: requests in flight at once, all of one tenant
 SECONDS = 4.0
 
 
+def overload(port: int) -> tuple[Counter, float]:
+    """acme's searches from :data:`CONNECTIONS` connections back to back for
+    :data:`SECONDS`: the answers by status, and the seconds it took."""
+    began = time.monotonic()
+    statuses = asyncio.run(
+        hammer(
+            port,
+            connections=CONNECTIONS,
+            seconds=SECONDS,
+            path="/v1/search?q=x",
+            headers={"X-Tenant": "acme"},
+        )
+    )
+    took = time.monotonic() - began
+    print(f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}")
+    return statuses, took
+
+
 @pytest.mark.parametrize(
     ("name", "strict"),
     [("envoy", False), ("envoy", True), ("envoy_ext_authz", False)],
@@ -113,19 +131,8 @@ def test_documented_settings__envoy_overloaded__every_admission_seen_and_bounded
     stack = stack_of(name, BUSY, documented=True, strict=strict)
     # When 256 connections search back to back for 4 s, far more at once than
     # the service decides in Envoy's time on this machine
-    began = time.monotonic()
-    statuses = asyncio.run(
-        hammer(
-            stack.port,
-            connections=CONNECTIONS,
-            seconds=SECONDS,
-            path="/v1/search?q=x",
-            headers={"X-Tenant": "acme"},
-        )
-    )
-    took = time.monotonic() - began
+    statuses, took = overload(stack.port)
     admitted = statuses[200]
-    print(f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}")
     # Then every answer is an admission or a refusal (Envoy's own: 503)
     assert set(statuses) <= {200, 429, 503}, statuses
     # and every admission is in Sluice's decision stream: its own decisions, and
@@ -165,19 +172,8 @@ def test_documented_settings__nginx_module_overloaded__every_admission_seen_and_
     try:
         wait_applied(rules_server, BUSY.version)
         # When 256 connections search back to back for 4 s, all of that tenant
-        began = time.monotonic()
-        statuses = asyncio.run(
-            hammer(
-                process.port,
-                connections=CONNECTIONS,
-                seconds=SECONDS,
-                path="/v1/search?q=x",
-                headers={"X-Tenant": "acme"},
-            )
-        )
-        took = time.monotonic() - began
+        statuses, took = overload(process.port)
         admitted = statuses[200]
-        print(f"\n{sum(statuses.values())} answers in {took:.1f} s: {dict(statuses)}")
         # Then every answer is an admission or a refusal
         assert set(statuses) <= {200, 429}, statuses
         # and every answer is in Sluice's decision stream (flushed each second
