@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -109,6 +110,11 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
+def _no_retry_async() -> redis.asyncio.retry.Retry:
+    # the asyncio clients' own kind (redis-py 8.2 converts a sync one, with a warning)
+    return redis.asyncio.retry.Retry(NoBackoff(), 0)
+
+
 def connect(
     url: str, *, timeout: float = DEFAULT_REDIS_TIMEOUT, cluster: bool = False
 ) -> Client:
@@ -153,7 +159,7 @@ def connect_async(
     options: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
-        "retry": _no_retry(),
+        "retry": _no_retry_async(),
     }
     if cluster:
         first, seeds = parse_seeds(url)
